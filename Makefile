@@ -1,0 +1,63 @@
+# gpulab course: `make lab` to learn, `make test` to check everything.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# cpu or gpu TensorFlow, chosen by whether an NVIDIA driver lists a GPU; override with TF_FLAVOUR=cpu|gpu
+TF_FLAVOUR ?= $(shell if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then echo gpu; else echo cpu; fi)
+REQS := requirements/course.txt requirements/tf-$(TF_FLAVOUR).txt
+# A stale venv is found by the hash of what it was built from (and which checkout it serves), never by timestamps.
+REQ_HASH := $(shell (cat $(REQS) pyproject.toml; echo "$(CURDIR)") | sha256sum | cut -c1-16)
+STAMP := $(VENV)/.gpulab-installed-$(REQ_HASH)
+KERNEL := gpulab
+LAB_PORT ?= 8888
+PYTEST_ARGS ?=
+
+.PHONY: install lab test unit notebooks ui doctor clean help
+
+help:
+	@echo "make lab   - install the course stack (first time: a few minutes) and start JupyterLab"
+	@echo "make test  - install if needed, then unit tests, every notebook under nbval, and the UI suite"
+
+install: $(STAMP)
+
+$(STAMP): $(REQS) pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install -r requirements/course.txt -r requirements/tf-$(TF_FLAVOUR).txt -e .
+	$(PY) -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "Python 3 (gpulab)" \
+	    --env TF_CPP_MIN_LOG_LEVEL 3 --env TF_ENABLE_ONEDNN_OPTS 0 --env KINETO_LOG_LEVEL 5 \
+	    --env PYTHONWARNINGS ignore::DeprecationWarning
+	$(PY) -m pip check
+	@rm -f $(VENV)/.gpulab-installed-*
+	@touch $@
+	@echo "course stack ready in $(VENV) (TensorFlow: $(TF_FLAVOUR))"
+
+lab: install
+	@token=$$($(PY) -c 'import secrets; print(secrets.token_hex(24))'); \
+	echo "JupyterLab: http://127.0.0.1:$(LAB_PORT)/lab?token=$$token"; \
+	exec $(VENV)/bin/jupyter lab --ip=127.0.0.1 --port=$(LAB_PORT) --no-browser \
+	    --ServerApp.root_dir=notebooks --IdentityProvider.token=$$token \
+	    $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
+
+# Unit tests, then every notebook under nbval (assert cells are the checks), then every notebook
+# through JupyterLab's UI in headless Chromium.
+test: install
+	@start=$$(date +%s); \
+	$(MAKE) --no-print-directory unit notebooks ui && \
+	echo "make test: all suites passed in $$(( $$(date +%s) - start )) s"
+
+unit: install
+	$(PY) -m pytest $(PYTEST_ARGS) tests --ignore=tests/ui
+
+notebooks: install
+	$(PY) -m pytest $(PYTEST_ARGS) -p no:cacheprovider --nbval-lax --nbval-cell-timeout=300 --durations=0 notebooks
+
+ui: install
+	$(PY) -m pytest $(PYTEST_ARGS) tests/ui
+
+doctor: install
+	$(PY) -m gpulab doctor
+
+clean:
+	rm -rf build *.egg-info .pytest_cache artifacts

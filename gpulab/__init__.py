@@ -1,0 +1,38 @@
+"""gpulab: make machine learning fast on GPUs - correct timing, telemetry, comparison tables, diagnosis.
+
+Importing gpulab is cheap and has no side effects: torch, TensorFlow, DALI and NVML are imported
+only by the functions that need them, so ``import gpulab`` works on a machine with none of them.
+
+Example:
+    >>> import gpulab as gl
+    >>> gl.__version__
+    '0.1.0'
+"""
+from .limits import MachineLimits, machine_limits, measure_bandwidth, measure_matmul
+from .notebook import Check, Session, by_device, check, setup
+from .plots import plot_amdahl, plot_roofline
+from .reference import GPUSpec, Published, gpu_spec, gpu_specs, published, references
+from .roofline import AmdahlFit, amdahl_speedup, attainable_flops, count_flops, fit_amdahl
+from .system import (Capabilities, Diagnosis, FrameworkInfo, GPUInfo, Report, SystemInfo, device, device_kind,
+                     diagnose, doctor, system_info)
+from .tables import Comparison, compare
+from .timing import Env, Measurement, NoisyMeasurementWarning, Stopwatch, benchmark, environment, synchronize, timer
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "__version__",
+    # system
+    "device", "device_kind", "system_info", "doctor", "diagnose", "SystemInfo", "GPUInfo", "FrameworkInfo",
+    "Capabilities", "Diagnosis", "Report",
+    # timing
+    "benchmark", "timer", "synchronize", "environment", "Measurement", "Env", "Stopwatch",
+    "NoisyMeasurementWarning",
+    # tables and published figures
+    "compare", "Comparison", "published", "references", "gpu_spec", "gpu_specs", "Published", "GPUSpec",
+    # machine limits and models of performance
+    "machine_limits", "measure_matmul", "measure_bandwidth", "MachineLimits",
+    "attainable_flops", "count_flops", "amdahl_speedup", "fit_amdahl", "AmdahlFit",
+    # notebooks
+    "setup", "by_device", "Session", "check", "Check", "plot_roofline", "plot_amdahl",
+]

@@ -1,0 +1,143 @@
+"""Notebook set-up: one call at the top of every lesson.
+
+Example:
+    >>> import gpulab as gl
+    >>> session = gl.setup(seed=0)
+    >>> gl.by_device(cpu=256, cuda=4096) in (256, 4096)
+    True
+"""
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from .system import device_kind
+
+__all__ = ["Session", "setup", "by_device", "check", "Check", "QUIET_ENV"]
+
+T = TypeVar("T")
+
+# Log levels that keep TensorFlow and the PyTorch profiler (kineto) quiet; set only if unset.
+QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "3", "TF_ENABLE_ONEDNN_OPTS": "0", "KINETO_LOG_LEVEL": "5"}
+
+
+@dataclass(frozen=True)
+class Session:
+    """What :func:`setup` chose: the device, its kind, and the one-line banner."""
+
+    device: Any
+    kind: str
+    banner: str
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.kind in ("cuda", "mps")
+
+    def __repr__(self) -> str:
+        return self.banner
+
+    def _repr_html_(self) -> str:
+        color = "#1b7a2b" if self.is_gpu else "#8a5a00"
+        return f'<div style="border-left:4px solid {color};padding:4px 8px"><b>{self.banner}</b></div>'
+
+
+def setup(seed: int | None = 0, quiet: bool = True) -> Session:
+    """Pick the device, seed the random generators, quiet framework logs; return a :class:`Session`.
+
+    The banner says what mode the lesson runs in, e.g. ``"CPU mode: sizes reduced; GPU figures shown
+    from published sources"`` or ``"GPU mode: Tesla T4 (15 GiB)"``.
+    """
+    if quiet:
+        for k, v in QUIET_ENV.items():
+            os.environ.setdefault(k, v)
+    kind = device_kind()
+    dev: Any = kind
+    try:
+        import torch
+
+        from .system import device
+
+        dev = device()
+        if seed is not None:
+            torch.manual_seed(seed)
+    except ImportError:
+        torch = None  # type: ignore[assignment]
+    if seed is not None:
+        random.seed(seed)
+        try:
+            import numpy as np
+
+            np.random.seed(seed)
+        except ImportError:  # pragma: no cover - numpy is a core dependency
+            pass
+    if kind == "cuda":
+        from ._format import fmt_bytes
+
+        p = torch.cuda.get_device_properties(dev)
+        n = torch.cuda.device_count()
+        banner = f"GPU mode: {p.name} ({fmt_bytes(p.total_memory)})" + (f", {n} GPUs visible" if n > 1 else "")
+    elif kind == "mps":
+        banner = "GPU mode: Apple GPU (MPS); CUDA-only parts are explained, not run"
+    else:
+        banner = "CPU mode: sizes reduced; GPU figures shown from published sources"
+    return Session(dev, kind, banner)
+
+
+def by_device(cpu: T, cuda: T, mps: T | None = None) -> T:
+    """Pick a value (a size, a batch, a step count) for the device lessons run on.
+
+    ``mps`` defaults to the CPU value: Apple GPUs are far smaller than data-centre GPUs.
+    """
+    kind = device_kind()
+    if kind == "cuda":
+        return cuda
+    if kind == "mps":
+        return cpu if mps is None else mps
+    return cpu
+
+
+@dataclass(frozen=True)
+class Check:
+    """A passed self-check (a failed one raises ``AssertionError`` with a hint)."""
+
+    name: str
+    message: str
+
+    def __repr__(self) -> str:
+        return f"[ok] {self.name}: {self.message}"
+
+    def _repr_html_(self) -> str:
+        return f'<div style="color:#1b7a2b"><b>&#10003; {self.name}</b>: {self.message}</div>'
+
+
+def _close(got: Any, expected: Any, rtol: float) -> bool:
+    import math
+
+    if isinstance(expected, bool) or isinstance(got, bool) or isinstance(expected, str):
+        return got == expected
+    if isinstance(expected, (int, float)):
+        return isinstance(got, (int, float)) and math.isclose(float(got), float(expected), rel_tol=rtol,
+                                                              abs_tol=1e-12)
+    if isinstance(expected, (list, tuple)):
+        return isinstance(got, (list, tuple)) and len(got) == len(expected) and \
+            all(_close(g, e, rtol) for g, e in zip(got, expected))
+    return got == expected
+
+
+def check(name: str, got: Any, expected: Any, *, rtol: float = 0.02, hint: str = "") -> Check:
+    """Self-check for an exercise: passes quietly with a tick, or raises ``AssertionError`` saying
+    what was expected and how to get there. ``rtol`` is the relative tolerance for numbers.
+
+    Example:
+        >>> check("two plus two", 2 + 2, 4)
+        [ok] two plus two: 4 is right
+    """
+    if got is None:
+        raise AssertionError(f"{name}: no answer yet - fill in the exercise cell above. {hint}".strip())
+    if not _close(got, expected, rtol):
+        raise AssertionError(f"{name}: got {got!r}, expected {expected!r}"
+                             + (f" (within {rtol:.0%})" if isinstance(expected, float) else "")
+                             + (f". Hint: {hint}" if hint else ""))
+    return Check(name, f"{got!r} is right")

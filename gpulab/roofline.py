@@ -1,0 +1,122 @@
+"""Models of performance: the roofline (compute vs memory bound), FLOP counting, Amdahl's law.
+
+Example:
+    >>> from gpulab.roofline import attainable_flops, amdahl_speedup
+    >>> attainable_flops(1.0, peak_flops=100e9, bandwidth=10e9)   # memory-bound: 1 FLOP/byte
+    10000000000.0
+    >>> round(amdahl_speedup(0.9, 8), 2)
+    4.71
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from ._format import html_table, text_table
+
+__all__ = ["attainable_flops", "ridge_point", "count_flops", "amdahl_speedup", "fit_amdahl", "AmdahlFit"]
+
+
+def attainable_flops(intensity: Any, peak_flops: float, bandwidth: float) -> Any:
+    """Roofline: ``min(peak_flops, intensity * bandwidth)``; ``intensity`` in FLOPs per byte
+    (a number or a numpy array)."""
+    if peak_flops <= 0 or bandwidth <= 0:
+        raise ValueError(f"peak_flops and bandwidth must be positive, got {peak_flops!r}, {bandwidth!r}")
+    import numpy as np
+
+    out = np.minimum(peak_flops, np.asarray(intensity, dtype=float) * bandwidth)
+    return float(out) if np.ndim(out) == 0 else out
+
+
+def ridge_point(peak_flops: float, bandwidth: float) -> float:
+    """Arithmetic intensity (FLOPs/byte) where a kernel turns from memory- to compute-bound."""
+    if peak_flops <= 0 or bandwidth <= 0:
+        raise ValueError(f"peak_flops and bandwidth must be positive, got {peak_flops!r}, {bandwidth!r}")
+    return peak_flops / bandwidth
+
+
+def count_flops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> int:
+    """FLOPs of one call of ``fn`` as counted by ``torch.utils.flop_counter`` (matmuls, convolutions,
+    attention; elementwise ops count as 0).
+
+    Example:
+        >>> import torch
+        >>> count_flops(torch.mm, torch.ones(64, 32), torch.ones(32, 16))
+        65536
+    """
+    if not callable(fn):
+        raise TypeError(f"count_flops needs a callable, got {type(fn).__name__}")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        fn(*args, **kwargs)
+    return int(counter.get_total_flops())
+
+
+def amdahl_speedup(parallel_fraction: float, workers: Any) -> Any:
+    """Amdahl's law: ``1 / ((1 - p) + p / n)``."""
+    if not 0.0 <= parallel_fraction <= 1.0:
+        raise ValueError(f"parallel_fraction must be within [0, 1], got {parallel_fraction!r}")
+    import numpy as np
+
+    n = np.asarray(workers, dtype=float)
+    if np.any(n < 1):
+        raise ValueError("workers must be >= 1")
+    out = 1.0 / ((1.0 - parallel_fraction) + parallel_fraction / n)
+    return float(out) if np.ndim(out) == 0 else out
+
+
+@dataclass(frozen=True)
+class AmdahlFit:
+    """Amdahl's law fitted to measured times: ``T(n) = T1 * ((1 - p) + p / n)``."""
+
+    workers: tuple[int, ...]
+    times_s: tuple[float, ...]
+    parallel_fraction: float
+    t1_s: float
+
+    @property
+    def max_speedup(self) -> float:
+        """The limit with infinitely many workers, ``1 / (1 - p)``."""
+        return math.inf if self.parallel_fraction >= 1 else 1.0 / (1.0 - self.parallel_fraction)
+
+    def predict(self, workers: Any) -> Any:
+        """Predicted speedup over one worker."""
+        return amdahl_speedup(self.parallel_fraction, workers)
+
+    def _rows(self) -> list[tuple[str, str, str]]:
+        return [(str(n), f"{self.times_s[0] / t:.2f}x", f"{self.predict(n):.2f}x")
+                for n, t in zip(self.workers, self.times_s)]
+
+    def __repr__(self) -> str:
+        return (f"Amdahl fit: parallel fraction p = {self.parallel_fraction:.1%}, "
+                f"max speedup {self.max_speedup:.3g}x\n" + text_table(("workers", "measured", "model"), self._rows()))
+
+    def _repr_html_(self) -> str:
+        return html_table(("workers", "measured speedup", "Amdahl model"), self._rows(),
+                          caption=f"Amdahl fit: p = {self.parallel_fraction:.1%}, max speedup {self.max_speedup:.3g}x")
+
+
+def fit_amdahl(workers: Sequence[int], times_s: Sequence[float]) -> AmdahlFit:
+    """Least-squares fit of Amdahl's law to times measured with different worker counts.
+
+    Example:
+        >>> fit = fit_amdahl([1, 2, 4], [1.0, 0.6, 0.4])
+        >>> round(fit.parallel_fraction, 2)
+        0.8
+    """
+    workers, times_s = tuple(int(n) for n in workers), tuple(float(t) for t in times_s)
+    if len(workers) != len(times_s) or len(set(workers)) < 2:
+        raise ValueError("fit_amdahl needs matching workers and times for at least two different worker counts")
+    if min(workers) < 1 or min(times_s) <= 0:
+        raise ValueError("workers must be >= 1 and times positive")
+    import numpy as np
+
+    # T(n) = a + b / n with a = T1 (1 - p) and b = T1 p: linear in (a, b).
+    A = np.column_stack([np.ones(len(workers)), 1.0 / np.asarray(workers, dtype=float)])
+    (a, b), *_ = np.linalg.lstsq(A, np.asarray(times_s), rcond=None)
+    a, b = max(a, 0.0), max(b, 0.0)
+    t1 = a + b
+    p = float(b / t1) if t1 > 0 else 0.0
+    return AmdahlFit(workers, times_s, min(max(p, 0.0), 1.0), float(t1))

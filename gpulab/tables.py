@@ -1,0 +1,198 @@
+"""Comparison tables: variants side by side with speedup, memory, share of the machine's limit,
+and the published figure beside the learner's own.
+
+Example:
+    >>> import gpulab as gl
+    >>> a = gl.benchmark(sum, range(20000), label="big", min_run_time=0.05, items=1)
+    >>> b = gl.benchmark(sum, range(2000), label="small", min_run_time=0.05, items=1)
+    >>> table = gl.compare([a, b], baseline="big")
+    >>> table.speedup("small") > 1
+    True
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from ._format import NA, fmt_bytes, fmt_number, fmt_rate, html_table, text_table
+from .reference import Published, published
+from .timing import Measurement
+
+__all__ = ["Comparison", "compare"]
+
+_TIME_UNITS = ((1.0, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns"))
+
+
+def _time_unit(medians: Sequence[float]) -> tuple[float, str]:
+    """One unit for the whole table: the largest that keeps the smallest value >= 1."""
+    smallest = min(medians)
+    for scale, unit in _TIME_UNITS:
+        if smallest >= scale:
+            return scale, unit
+    return _TIME_UNITS[-1]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Measurements side by side (immutable). ``to_dataframe()`` gives the numbers unformatted.
+
+    Columns: median time, IQR as % of the median, items/s, speedup vs ``baseline``, peak memory,
+    achieved FLOP/s or bandwidth and their share of ``peak_flops`` / ``peak_bandwidth`` (the
+    machine's measured limit), and the published figure for the row when one is given.
+    """
+
+    measurements: tuple[Measurement, ...]
+    baseline: str
+    title: str = "Comparison"
+    peak_flops: float | None = None
+    peak_bandwidth: float | None = None
+    published: Mapping[str, Published] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.measurements:
+            raise ValueError("compare needs at least one Measurement")
+        bad = [type(m).__name__ for m in self.measurements if not isinstance(m, Measurement)]
+        if bad:
+            raise TypeError(f"compare takes gpulab Measurements (from gl.benchmark), got {', '.join(bad)}")
+        labels = [m.label for m in self.measurements]
+        dupes = sorted({x for x in labels if labels.count(x) > 1})
+        if dupes:
+            raise ValueError(f"labels must be unique, repeated: {dupes}; pass label=... to gl.benchmark")
+        if self.baseline not in labels:
+            raise ValueError(f"unknown baseline {self.baseline!r}: choose one of {labels}")
+        unknown = [k for k in self.published if k not in labels]
+        if unknown:
+            raise ValueError(f"published figures given for unknown label(s) {unknown}; labels are {labels}")
+        for name in ("peak_flops", "peak_bandwidth"):
+            v = getattr(self, name)
+            if v is not None and not (isinstance(v, (int, float)) and v > 0 and math.isfinite(v)):
+                raise ValueError(f"{name} must be a positive rate per second, got {v!r}")
+
+    def measurement(self, label: str) -> Measurement:
+        for m in self.measurements:
+            if m.label == label:
+                return m
+        raise KeyError(f"no measurement {label!r}; labels: {[m.label for m in self.measurements]}")
+
+    def speedup(self, label: str) -> float:
+        """Baseline median time / this row's median time (>1 is faster)."""
+        return self.measurement(self.baseline).median_s / self.measurement(label).median_s
+
+    def to_dataframe(self) -> Any:
+        """The table as a pandas DataFrame of raw numbers (seconds, items/s, bytes, fractions)."""
+        import pandas as pd
+
+        rows = []
+        for m in self.measurements:
+            pub = self.published.get(m.label)
+            rows.append({
+                "label": m.label,
+                "median_s": m.median_s,
+                "iqr_pct": 100 * m.relative_iqr,
+                "runs": m.runs,
+                "items_per_s": m.items_per_s,
+                "speedup": self.speedup(m.label),
+                "peak_memory_bytes": m.peak_memory_bytes,
+                "flops_per_s": m.flops_per_s,
+                "fraction_of_peak_flops": (m.flops_per_s / self.peak_flops
+                                           if self.peak_flops and m.flops_per_s is not None else None),
+                "bytes_per_s": m.bytes_per_s,
+                "fraction_of_peak_bandwidth": (m.bytes_per_s / self.peak_bandwidth
+                                               if self.peak_bandwidth and m.bytes_per_s is not None else None),
+                "noisy": m.noisy,
+                "published": str(pub) if pub else None,
+            })
+        return pd.DataFrame(rows).set_index("label")
+
+    # ---- rendering -------------------------------------------------------------------------
+    def _columns(self) -> tuple[list[str], list[list[str]], str]:
+        scale, unit = _time_unit([m.median_s for m in self.measurements])
+        ms = self.measurements
+        show_items = any(m.items is not None for m in ms)
+        show_mem = any(m.peak_memory_bytes is not None for m in ms)
+        show_flops = any(m.flops is not None for m in ms)
+        show_bw = any(m.bytes_moved is not None for m in ms)
+        header = ["variant", f"median ({unit})", "IQR"]
+        header += ["items/s"] if show_items else []
+        header += [f"speedup vs {self.baseline}"]
+        header += ["peak memory"] if show_mem else []
+        header += ["achieved"] if show_flops else []
+        header += ["% of peak FLOP/s"] if show_flops and self.peak_flops else []
+        header += ["bandwidth"] if show_bw else []
+        header += ["% of peak bandwidth"] if show_bw and self.peak_bandwidth else []
+        header += ["published"] if self.published else []
+        rows = []
+        for m in ms:
+            r = [m.label + (" *" if m.noisy else ""), f"{m.median_s / scale:.4g}", f"{m.relative_iqr:.0%}"]
+            r += [fmt_number(m.items_per_s)] if show_items else []
+            r += [f"{self.speedup(m.label):.2f}x"]
+            r += [fmt_bytes(m.peak_memory_bytes)] if show_mem else []
+            r += [fmt_rate(m.flops_per_s, "FLOP/s")] if show_flops else []
+            if show_flops and self.peak_flops:
+                r += [NA if m.flops_per_s is None else f"{m.flops_per_s / self.peak_flops:.0%}"]
+            r += [fmt_rate(m.bytes_per_s)] if show_bw else []
+            if show_bw and self.peak_bandwidth:
+                r += [NA if m.bytes_per_s is None else f"{m.bytes_per_s / self.peak_bandwidth:.0%}"]
+            if self.published:
+                p = self.published.get(m.label)
+                r += [f"{p.figure} ({p.hardware}; {p.source})" if p else ""]
+            rows.append(r)
+        env = ms[0].env
+        notes = [f"times in {unit} per call, median of runs; measured on {env}"]
+        if self.peak_flops or self.peak_bandwidth:
+            peaks = [fmt_rate(self.peak_flops, "FLOP/s")] if self.peak_flops else []
+            peaks += [fmt_rate(self.peak_bandwidth)] if self.peak_bandwidth else []
+            notes.append("peak = this machine's measured limit: " + ", ".join(peaks))
+        if any(m.noisy for m in ms):
+            notes.append("* noisy: IQR above 10% of the median - re-run before trusting small differences")
+        return header, rows, "; ".join(notes)
+
+    def __repr__(self) -> str:
+        header, rows, footer = self._columns()
+        return f"{self.title}\n{text_table(header, rows)}\n{footer}"
+
+    def _repr_html_(self) -> str:
+        header, rows, footer = self._columns()
+        return html_table(header, rows, caption=self.title, footer=footer)
+
+    def plot(self, metric: str = "speedup", ax: Any = None) -> Any:
+        """Bar chart of ``"speedup"``, ``"items_per_s"``, ``"median_s"`` or ``"fraction_of_peak_flops"``;
+        returns the matplotlib Axes."""
+        df = self.to_dataframe()
+        if metric not in df.columns:
+            raise ValueError(f"unknown metric {metric!r}: choose from {list(df.columns)}")
+        import matplotlib.pyplot as plt
+
+        if ax is None:
+            _, ax = plt.subplots(figsize=(6, 0.5 + 0.45 * len(df)))
+        values = df[metric].astype(float)
+        colors = ["#888888" if lbl == self.baseline else "#2a7ab9" for lbl in df.index]
+        ax.barh(list(df.index), values, color=colors)
+        ax.invert_yaxis()
+        if metric == "speedup":
+            ax.axvline(1.0, color="k", lw=0.8, ls="--")
+        for y, v in enumerate(values):
+            if not math.isnan(v):
+                ax.annotate(f" {v:.3g}", (v, y), va="center", fontsize=9)
+        ax.set_xlabel(metric.replace("_", " "))
+        ax.set_title(self.title)
+        ax.figure.tight_layout()
+        return ax
+
+
+def compare(measurements: Sequence[Measurement], baseline: str | None = None, *, title: str = "Comparison",
+            published_figures: Mapping[str, str | Published] | None = None, peak_flops: float | None = None,
+            peak_bandwidth: float | None = None) -> Comparison:
+    """Build a :class:`Comparison`. ``baseline`` defaults to the first measurement's label.
+
+    ``published_figures`` maps a row label to a key of :func:`gpulab.published` (or a
+    :class:`Published`), shown beside that row. ``peak_flops`` / ``peak_bandwidth`` are the
+    machine's measured limits (e.g. from :func:`gpulab.machine_limits`).
+    """
+    ms = tuple(measurements)
+    if not ms:
+        raise ValueError("compare needs at least one Measurement")
+    pubs = {k: (v if isinstance(v, Published) else published(v)) for k, v in (published_figures or {}).items()}
+    return Comparison(ms, baseline if baseline is not None else getattr(ms[0], "label", ""), title,
+                      peak_flops, peak_bandwidth, pubs)

@@ -1,0 +1,1 @@
+"""GPU and host telemetry. ``nvml`` is the only module in gpulab that imports NVML (nvidia-ml-py)."""

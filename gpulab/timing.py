@@ -1,0 +1,395 @@
+"""Timing that is right on GPU and CPU: :func:`benchmark` -> :class:`Measurement`, :func:`timer`.
+
+``benchmark`` wraps ``torch.utils.benchmark.Timer`` with three corrections learners otherwise get
+wrong: it uses the process's thread count (the Timer's default of one thread halves CPU figures on
+a 2-core machine), it synchronises CUDA/MPS around every timed block (kernels are asynchronous),
+and it warms up first (lazy init, cuDNN autotuning, allocator growth). Without torch it falls back
+to a ``time.perf_counter`` loop with the same blocked design.
+
+Example:
+    >>> import gpulab as gl
+    >>> m = gl.benchmark(sum, range(1000), label="sum", min_run_time=0.05, items=1000)
+    >>> m.median_s > 0 and m.items_per_s > 0
+    True
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import os
+import platform
+import statistics
+import time
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from ._format import fmt_bytes, fmt_flops, fmt_number, fmt_rate, fmt_seconds, html_table
+
+__all__ = ["Env", "environment", "Measurement", "NoisyMeasurementWarning", "benchmark", "synchronize",
+           "timer", "Stopwatch"]
+
+NOISE_THRESHOLD = 0.10  # IQR / median above this flags a measurement as noisy
+
+
+class NoisyMeasurementWarning(UserWarning):
+    """The spread of a measurement (IQR) is large compared with its median."""
+
+
+# ----------------------------------------------------------------------------------------------
+# device synchronisation: the one place (with system.device) that knows how
+def _device_type(device: Any) -> str:
+    if device is None:
+        return "cpu"
+    t = getattr(device, "type", None)
+    return t if isinstance(t, str) else str(device).split(":")[0]
+
+
+def synchronize(device: Any = None) -> None:
+    """Wait until queued work on ``device`` finishes (no-op on CPU or without torch).
+
+    Example:
+        >>> synchronize("cpu")
+    """
+    kind = _device_type(device)
+    if kind == "cpu":
+        return
+    import torch
+
+    if kind == "cuda":
+        torch.cuda.synchronize(device)
+    elif kind == "mps":
+        torch.mps.synchronize()
+    else:
+        raise ValueError(f"cannot synchronise unknown device {device!r}: use 'cpu', 'cuda' or 'mps'")
+
+
+def _infer_device(args: tuple, kwargs: dict) -> str:
+    """The device of the first tensor (or module parameter) among the arguments; ``"cpu"`` otherwise."""
+    for a in (*args, *kwargs.values()):
+        dev = getattr(a, "device", None)
+        if dev is not None and hasattr(dev, "type"):
+            return str(dev)
+        params = getattr(a, "parameters", None)
+        if callable(params):
+            try:
+                return str(next(params()).device)
+            except (StopIteration, TypeError):
+                pass
+    return "cpu"
+
+
+# ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Env:
+    """Where a measurement was taken: enough to tell two learners' numbers apart."""
+
+    device: str
+    device_name: str
+    threads: int
+    cpu: str
+    python: str
+    torch: str | None
+    date: str
+
+    def __str__(self) -> str:
+        t = f", torch {self.torch}" if self.torch else ""
+        return f"{self.device_name} ({self.device}, {self.threads} threads{t}, Python {self.python}, {self.date})"
+
+
+def _threads() -> int:
+    try:
+        import torch
+
+        return torch.get_num_threads()
+    except ImportError:
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def environment(device: Any = "cpu") -> Env:
+    """The :class:`Env` fingerprint for ``device`` now.
+
+    Example:
+        >>> environment("cpu").threads >= 1
+        True
+    """
+    from .system import _cpu_model_and_flags
+
+    kind = _device_type(device)
+    cpu = _cpu_model_and_flags()[0]
+    name = cpu
+    torch_version = None
+    try:
+        import torch
+
+        torch_version = torch.__version__
+        if kind == "cuda":
+            name = torch.cuda.get_device_name(torch.device(device))
+        elif kind == "mps":
+            name = "Apple GPU (MPS)"
+    except ImportError:
+        pass
+    return Env(str(device), name, _threads(), cpu, platform.python_version(), torch_version,
+               _dt.date.today().isoformat())
+
+
+# ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Measurement:
+    """An immutable timing result. Statistics are per call of the benchmarked function.
+
+    ``times_s`` holds one value per timed block (each block averages ``number_per_run`` calls).
+    ``items``, ``flops`` and ``bytes_moved`` describe one call, so throughput follows from the
+    median: ``items_per_s``, ``flops_per_s`` (achieved FLOP/s) and ``bytes_per_s`` (bandwidth).
+    """
+
+    label: str
+    times_s: tuple[float, ...]
+    number_per_run: int
+    device: str
+    num_threads: int
+    env: Env
+    backend: str
+    warmup: int
+    items: float | None = None
+    flops: float | None = None
+    bytes_moved: float | None = None
+    peak_memory_bytes: int | None = None
+    description: str = ""
+    median_s: float = field(init=False)
+    iqr_s: float = field(init=False)
+    mean_s: float = field(init=False)
+    min_s: float = field(init=False)
+    runs: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        if not self.times_s:
+            raise ValueError("a Measurement needs at least one timed run")
+        if any((not math.isfinite(t)) or t < 0 for t in self.times_s):
+            raise ValueError(f"times must be finite and non-negative, got {self.times_s[:5]}")
+        ts = sorted(self.times_s)
+        q = statistics.quantiles(ts, n=4, method="inclusive") if len(ts) > 1 else [ts[0]] * 3
+        for name, value in (("median_s", statistics.median(ts)), ("iqr_s", q[2] - q[0]),
+                            ("mean_s", statistics.fmean(ts)), ("min_s", ts[0]), ("runs", len(ts))):
+            object.__setattr__(self, name, value)
+
+    # derived figures (cheap, always consistent with the stored times)
+    @property
+    def items_per_s(self) -> float | None:
+        return None if self.items is None or self.median_s == 0 else self.items / self.median_s
+
+    @property
+    def flops_per_s(self) -> float | None:
+        return None if self.flops is None or self.median_s == 0 else self.flops / self.median_s
+
+    @property
+    def bytes_per_s(self) -> float | None:
+        return None if self.bytes_moved is None or self.median_s == 0 else self.bytes_moved / self.median_s
+
+    @property
+    def relative_iqr(self) -> float:
+        return self.iqr_s / self.median_s if self.median_s else 0.0
+
+    @property
+    def noisy(self) -> bool:
+        """IQR above 10% of the median (only judged with 4 runs or more)."""
+        return self.runs >= 4 and self.relative_iqr > NOISE_THRESHOLD
+
+    def fraction_of(self, peak_per_s: float, kind: str = "flops") -> float | None:
+        """Achieved FLOP/s (``kind="flops"``) or bytes/s (``"bytes"``) as a fraction of ``peak_per_s``."""
+        if peak_per_s is None or peak_per_s <= 0:
+            raise ValueError(f"peak must be a positive rate, got {peak_per_s!r}")
+        got = {"flops": self.flops_per_s, "bytes": self.bytes_per_s}.get(kind, "?")
+        if got == "?":
+            raise ValueError(f"kind must be 'flops' or 'bytes', not {kind!r}")
+        return None if got is None else got / peak_per_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "label": self.label, "median_s": self.median_s, "iqr_s": self.iqr_s, "mean_s": self.mean_s,
+            "min_s": self.min_s, "runs": self.runs, "number_per_run": self.number_per_run,
+            "items_per_s": self.items_per_s, "flops_per_s": self.flops_per_s, "bytes_per_s": self.bytes_per_s,
+            "peak_memory_bytes": self.peak_memory_bytes, "device": self.device, "num_threads": self.num_threads,
+            "backend": self.backend, "env": str(self.env),
+        }
+
+    def _summary(self) -> list[tuple[str, str]]:
+        rows = [("median", f"{fmt_seconds(self.median_s)} (IQR {fmt_seconds(self.iqr_s)}, "
+                           f"{self.relative_iqr:.0%}{', NOISY' if self.noisy else ''})"),
+                ("runs", f"{self.runs} x {self.number_per_run} call(s), warmup {self.warmup}")]
+        if self.items_per_s is not None:
+            rows.append(("throughput", f"{fmt_number(self.items_per_s)} items/s"))
+        if self.flops_per_s is not None:
+            rows.append(("achieved", fmt_flops(self.flops_per_s)))
+        if self.bytes_per_s is not None:
+            rows.append(("bandwidth", fmt_rate(self.bytes_per_s)))
+        if self.peak_memory_bytes is not None:
+            rows.append(("peak memory", fmt_bytes(self.peak_memory_bytes)))
+        rows.append(("where", str(self.env)))
+        return rows
+
+    def __repr__(self) -> str:
+        return f"Measurement {self.label!r}\n" + "\n".join(f"  {k:<11} {v}" for k, v in self._summary())
+
+    def _repr_html_(self) -> str:
+        return html_table(("", ""), self._summary(), caption=f"Measurement: {self.label}")
+
+
+# ----------------------------------------------------------------------------------------------
+def _check_positive(name: str, value: Any, allow_zero: bool = False, integer: bool = False) -> None:
+    ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if isinstance(value, bool) or not ok_type:
+        raise TypeError(f"{name} must be a {'whole number' if integer else 'number'}, got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero) or (not integer and not math.isfinite(value)):
+        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+
+
+def benchmark(fn: Callable[..., Any], *args: Any, label: str | None = None, warmup: int = 3,
+              min_run_time: float = 1.0, items: float | None = None, flops: float | None = None,
+              bytes_moved: float | None = None, device: Any = None, num_threads: int | None = None,
+              description: str = "", warn_noisy: bool = True, **kwargs: Any) -> Measurement:
+    """Time ``fn(*args, **kwargs)`` correctly and return a :class:`Measurement`.
+
+    Args:
+        fn: what to time; called ``warmup`` times first, then in blocks for ``min_run_time`` seconds.
+        label: name in tables (default: the function's name).
+        items: items processed per call (e.g. the batch size) -> ``items_per_s``.
+        flops / bytes_moved: work per call -> achieved FLOP/s and bandwidth.
+        device: where the work runs (default: inferred from tensor arguments) - decides synchronisation.
+        num_threads: CPU threads for torch (default: the process's current setting).
+
+    Example:
+        >>> import torch, gpulab as gl
+        >>> a = torch.randn(256, 256)
+        >>> m = gl.benchmark(torch.mm, a, a, label="mm", flops=2 * 256**3, min_run_time=0.1)
+        >>> m.flops_per_s > 0
+        True
+    """
+    if not callable(fn):
+        raise TypeError(f"benchmark needs a callable as first argument, got {type(fn).__name__}: "
+                        "pass the function itself, e.g. benchmark(model, x), not benchmark(model(x))")
+    _check_positive("warmup", warmup, allow_zero=True, integer=True)
+    _check_positive("min_run_time", min_run_time)
+    for name, v in (("items", items), ("flops", flops), ("bytes_moved", bytes_moved)):
+        if v is not None:
+            _check_positive(name, v)
+    if num_threads is not None:
+        _check_positive("num_threads", num_threads, integer=True)
+    label = label or getattr(fn, "__name__", None) or type(fn).__name__
+    dev = str(device) if device is not None else _infer_device(args, kwargs)
+    kind = _device_type(dev)
+
+    for _ in range(warmup):
+        fn(*args, **kwargs)
+    synchronize(dev)
+
+    try:
+        import torch
+
+        Timer = _torch_timer()
+    except ImportError:
+        torch = None  # type: ignore[assignment]
+
+    if torch is not None:
+        threads = num_threads or torch.get_num_threads()
+
+        def clock() -> float:
+            synchronize(dev) if kind != "cpu" else None
+            return time.perf_counter()
+
+        t = Timer(stmt="fn(*args, **kwargs)", globals={"fn": fn, "args": args, "kwargs": kwargs},
+                  num_threads=threads, label=label, timer=clock)
+        m = t.blocked_autorange(min_run_time=min_run_time)
+        times, number, backend = tuple(float(x) for x in m.times), int(m.number_per_run), "torch.utils.benchmark"
+    else:
+        threads = num_threads or _threads()
+        times, number = _perf_counter_loop(fn, args, kwargs, min_run_time)
+        backend = "perf_counter"
+
+    result = Measurement(label=label, times_s=times, number_per_run=number, device=dev, num_threads=threads,
+                         env=environment(dev), backend=backend, warmup=warmup, items=items, flops=flops,
+                         bytes_moved=bytes_moved, description=description)
+    if warn_noisy and result.noisy:
+        warnings.warn(f"{label}: IQR is {result.relative_iqr:.0%} of the median over {result.runs} runs - "
+                      "the machine was busy or the workload varies; re-run, or compare medians only "
+                      "with care", NoisyMeasurementWarning, stacklevel=2)
+    return result
+
+
+def _torch_timer() -> Any:
+    """``torch.utils.benchmark.Timer``, imported without its "No CUDA runtime is found" log line
+    (its C++ extension helper logs that on machines without a GPU; irrelevant to Python timing)."""
+    import logging
+
+    log = logging.getLogger("torch.utils.cpp_extension")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        from torch.utils.benchmark import Timer
+    finally:
+        log.setLevel(level)
+    return Timer
+
+
+def _perf_counter_loop(fn: Callable[..., Any], args: tuple, kwargs: dict,
+                       min_run_time: float) -> tuple[tuple[float, ...], int]:
+    """Blocked timing without torch: grow the block until it lasts >= 10 ms, then repeat blocks."""
+    number, block_target = 1, min(0.01, min_run_time / 10)
+    while True:
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn(*args, **kwargs)
+        dt = time.perf_counter() - t0
+        if dt >= block_target or number >= 1 << 20:
+            break
+        number *= 10 if dt < block_target / 10 else 2
+    times, total = [dt / number], dt
+    while total < min_run_time:
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn(*args, **kwargs)
+        dt = time.perf_counter() - t0
+        times.append(dt / number)
+        total += dt
+    return tuple(times), number
+
+
+# ----------------------------------------------------------------------------------------------
+class Stopwatch:
+    """The result of :func:`timer`: ``elapsed_s`` is ``None`` while running, seconds after."""
+
+    def __init__(self, label: str, device: str) -> None:
+        self.label, self.device = label, device
+        self.elapsed_s: float | None = None
+
+    def __repr__(self) -> str:
+        state = fmt_seconds(self.elapsed_s) if self.elapsed_s is not None else "running"
+        return f"{self.label}: {state} ({self.device})"
+
+    def _repr_html_(self) -> str:
+        return f"<code>{self!r}</code>"
+
+
+@contextmanager
+def timer(label: str = "elapsed", device: Any = None) -> Iterator[Stopwatch]:
+    """Wall time of a block, with the device synchronised at both ends.
+
+    Example:
+        >>> with timer("sleep") as t:
+        ...     time.sleep(0.01)
+        >>> t.elapsed_s >= 0.01
+        True
+    """
+    if device is None:
+        from .system import device_kind
+
+        device = device_kind()
+    sw = Stopwatch(label, str(device))
+    synchronize(device)
+    t0 = time.perf_counter()
+    try:
+        yield sw
+    finally:
+        synchronize(device)
+        sw.elapsed_s = time.perf_counter() - t0

@@ -1,0 +1,139 @@
+from __future__ import annotations
+
+import builtins
+import itertools
+import time
+import warnings
+
+import pytest
+import torch
+
+import gpulab as gl
+from gpulab.timing import Measurement, NoisyMeasurementWarning, environment
+
+
+def spin(seconds: float) -> None:
+    """A known workload: busy-wait for ``seconds`` (sleep would depend on the scheduler)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def test_benchmark_agrees_with_hand_timed_loop():
+    m = gl.benchmark(spin, 0.002, label="spin", min_run_time=0.2, warmup=1)
+    t0 = time.perf_counter()
+    for _ in range(50):
+        spin(0.002)
+    hand = (time.perf_counter() - t0) / 50
+    print(f"benchmark {m.median_s * 1e3:.3f} ms vs hand-timed {hand * 1e3:.3f} ms")
+    assert m.median_s == pytest.approx(0.002, rel=0.25)
+    assert m.median_s == pytest.approx(hand, rel=0.25)
+
+
+def test_benchmark_matmul_matches_hand_timing_and_uses_all_threads():
+    a = torch.randn(512, 512)
+    m = gl.benchmark(torch.mm, a, a, label="mm", flops=2 * 512**3, min_run_time=0.3, warn_noisy=False)
+    torch.mm(a, a)
+    t0 = time.perf_counter()
+    for _ in range(20):
+        torch.mm(a, a)
+    hand = (time.perf_counter() - t0) / 20
+    print(f"mm: benchmark {m.median_s * 1e3:.3f} ms, hand {hand * 1e3:.3f} ms, {m.flops_per_s / 1e9:.0f} GFLOP/s")
+    assert 0.5 < m.median_s / hand < 2.0
+    assert m.num_threads == torch.get_num_threads()
+    assert m.backend == "torch.utils.benchmark" and m.device == "cpu"
+
+
+def test_measurement_statistics_and_rendering():
+    m = gl.benchmark(spin, 0.001, label="x", min_run_time=0.05, items=32, flops=1e6, bytes_moved=1e6,
+                     warn_noisy=False)
+    assert m.runs == len(m.times_s) and m.min_s <= m.median_s
+    assert m.items_per_s == pytest.approx(32 / m.median_s)
+    assert m.flops_per_s == pytest.approx(1e6 / m.median_s)
+    assert m.fraction_of(m.flops_per_s * 2) == pytest.approx(0.5)
+    assert "Measurement 'x'" in repr(m) and "items/s" in repr(m) and "<table" in m._repr_html_()
+    with pytest.raises(Exception):
+        m.median_s = 1.0  # frozen
+    assert m.to_dict()["label"] == "x"
+
+
+def test_measurement_rejects_bad_times():
+    env = environment("cpu")
+    with pytest.raises(ValueError, match="at least one"):
+        Measurement("x", (), 1, "cpu", 1, env, "manual", 0)
+    with pytest.raises(ValueError, match="non-negative"):
+        Measurement("x", (0.1, -1.0), 1, "cpu", 1, env, "manual", 0)
+
+
+def test_noisy_measurement_warns():
+    calls = itertools.count()  # each call slower than the last: blocks differ, whatever their size
+    with pytest.warns(NoisyMeasurementWarning, match="IQR"):
+        m = gl.benchmark(lambda: spin(0.0001 * (1 + next(calls) / 5)), label="drifting", min_run_time=0.3,
+                         warmup=0)
+    assert m.noisy
+
+
+def test_steady_measurement_does_not_warn():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NoisyMeasurementWarning)
+        gl.benchmark(spin, 0.002, min_run_time=0.1, warn_noisy=False)
+
+
+@pytest.mark.parametrize("kwargs,error,match", [
+    ({"min_run_time": -1}, ValueError, "min_run_time"),
+    ({"min_run_time": 0}, ValueError, "min_run_time"),
+    ({"warmup": -1}, ValueError, "warmup"),
+    ({"warmup": 1.5}, TypeError, "warmup"),
+    ({"items": 0}, ValueError, "items"),
+    ({"num_threads": 0}, ValueError, "num_threads"),
+])
+def test_bad_inputs_raise_clear_errors(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        gl.benchmark(spin, 0.0, **kwargs)
+
+
+def test_non_callable_is_rejected_with_a_hint():
+    with pytest.raises(TypeError, match="callable"):
+        gl.benchmark(torch.ones(2))
+
+
+def test_perf_counter_fallback_without_torch(monkeypatch):
+    real_import = builtins.__import__
+
+    def no_torch(name, *a, **k):
+        if name == "torch" or name.startswith("torch."):
+            raise ImportError("no torch here")
+        return real_import(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", no_torch)
+    m = gl.benchmark(spin, 0.001, label="fallback", min_run_time=0.1, warn_noisy=False)
+    assert m.backend == "perf_counter" and m.median_s == pytest.approx(0.001, rel=0.3)
+
+
+def test_cuda_work_is_synchronised(monkeypatch):
+    """On CUDA every timed block must end with a device sync (checked against a fake)."""
+    calls = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append(device))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Fake GPU")
+    m = gl.benchmark(spin, 0.001, device="cuda:0", min_run_time=0.05, warmup=1, warn_noisy=False)
+    assert m.device == "cuda:0" and m.env.device_name == "Fake GPU"
+    assert len(calls) >= 2 * m.runs  # start and stop of each block
+    assert all(c == "cuda:0" for c in calls)
+
+
+def test_timer_context_manager(monkeypatch):
+    with gl.timer("work") as t:
+        assert t.elapsed_s is None
+        spin(0.01)
+    assert t.elapsed_s == pytest.approx(0.01, rel=0.5)
+    assert "work:" in repr(t)
+    calls = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append(device))
+    with gl.timer("gpu", device="cuda"):
+        pass
+    assert calls == ["cuda", "cuda"]
+
+
+def test_synchronize_rejects_unknown_device():
+    with pytest.raises(ValueError, match="unknown device"):
+        gl.synchronize("tpu")
