@@ -21,7 +21,7 @@ help:
 
 install: $(STAMP)
 
-$(STAMP): $(REQS) pyproject.toml
+$(STAMP):
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install -r requirements/course.txt -r requirements/tf-$(TF_FLAVOUR).txt -e .

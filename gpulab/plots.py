@@ -25,7 +25,7 @@ def plot_roofline(peak_flops: float, bandwidth: float, points: Sequence[tuple[st
     import numpy as np
 
     if ax is None:
-        _, ax = plt.subplots(figsize=(7, 4.5))
+        _, ax = plt.subplots(figsize=(9, 4.5))
     x = np.logspace(-2, 4, 200)
     ax.loglog(x, attainable_flops(x, peak_flops, bandwidth), lw=2.5, color="k", label=f"{label} (measured)")
     for name, peak in (extra_peaks or {}).items():
@@ -40,7 +40,7 @@ def plot_roofline(peak_flops: float, bandwidth: float, points: Sequence[tuple[st
     ax.set_ylabel("FLOP/s")
     ax.set_title("Roofline: measured points under this machine's limits")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     ax.figure.tight_layout()
     return ax
 

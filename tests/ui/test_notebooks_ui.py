@@ -1,0 +1,49 @@
+"""Every notebook in notebooks/ runs through a real JupyterLab UI (Run All in headless Chromium).
+
+Plus self-tests of the checker: a deliberately broken notebook must be reported as failing, and a
+figure updated in place must be told apart from figures appended one after another.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from .jupyterlab import FIXTURES_DIR, NotebookResult, assert_live_figure_updates, course_notebooks
+
+RunUI = Callable[[str], NotebookResult]
+
+
+@pytest.mark.parametrize("name", course_notebooks(), ids=lambda name: name)
+def test_notebook_runs_in_jupyterlab(name: str, run_ui: RunUI) -> None:
+    """Run All finishes, every code cell has an execution number, no error output, figures drawn."""
+    result = run_ui(name)
+    for warning in result.warnings:  # plain stderr warnings: shown in pytest's warnings summary
+        warnings.warn(f"{name}: {warning}", UserWarning, stacklevel=1)
+    assert result.ok, result.summary()
+    assert result.screenshot is not None and result.screenshot.is_file()
+
+
+def test_broken_notebook_is_reported_as_failing(run_ui: RunUI) -> None:
+    """The same check, on a notebook that raises, says failure and names the error."""
+    result = run_ui(f"{FIXTURES_DIR}/broken.ipynb")
+    assert not result.ok, result.summary()
+    assert any("ValueError: deliberately broken" in failure for failure in result.failures), result.summary()
+    # Run All stops at the error: the cell after it is left without an execution number.
+    assert any(failure.startswith("cell 3: no execution number") for failure in result.failures), result.summary()
+    executed = [cell.index for cell in result.cells if cell.execution_count is not None]
+    assert executed == [1, 2], result.summary()
+    assert result.screenshot is not None and result.screenshot.is_file()
+
+
+def test_live_figure_is_updated_in_place(run_ui: RunUI, page: Any) -> None:
+    """One figure updated via display(fig, display_id=True) + handle.update(fig) passes the
+    live-figure check; figures appended with display(fig) in a loop do not."""
+    result = run_ui(f"{FIXTURES_DIR}/live.ipynb")
+    assert result.ok, result.summary()
+    assert_live_figure_updates(page, cell_index=1)
+    with pytest.raises(AssertionError, match="images at once"):
+        assert_live_figure_updates(page, cell_index=2)
