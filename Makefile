@@ -12,6 +12,9 @@ STAMP := $(VENV)/.gpulab-installed-$(REQ_HASH)
 KERNEL := gpulab
 LAB_PORT ?= 8888
 PYTEST_ARGS ?=
+# Tests, kernels and the UI server import gpulab from this checkout, even when the (shared, cached)
+# venv's editable install points at another clone.
+export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 
 .PHONY: install lab test unit notebooks ui doctor clean help
 

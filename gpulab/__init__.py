@@ -16,6 +16,7 @@ from .roofline import AmdahlFit, amdahl_speedup, attainable_flops, count_flops, 
 from .system import (Capabilities, Diagnosis, FrameworkInfo, GPUInfo, Report, SystemInfo, device, device_kind,
                      diagnose, doctor, system_info)
 from .tables import Comparison, compare
+from .telemetry import Monitor, Trace, Verdict
 from .timing import Env, Measurement, NoisyMeasurementWarning, Stopwatch, benchmark, environment, synchronize, timer
 
 __version__ = "0.1.0"
@@ -30,6 +31,8 @@ __all__ = [
     "NoisyMeasurementWarning",
     # tables and published figures
     "compare", "Comparison", "published", "references", "gpu_spec", "gpu_specs", "Published", "GPUSpec",
+    # telemetry
+    "Monitor", "Trace", "Verdict",
     # machine limits and models of performance
     "machine_limits", "measure_matmul", "measure_bandwidth", "MachineLimits",
     "attainable_flops", "count_flops", "amdahl_speedup", "fit_amdahl", "AmdahlFit",

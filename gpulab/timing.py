@@ -157,6 +157,7 @@ class Measurement:
     bytes_moved: float | None = None
     peak_memory_bytes: int | None = None
     description: str = ""
+    gpu_state: dict[str, Any] | None = None  # NVML clocks/throttle reasons before and after (CUDA only)
     median_s: float = field(init=False)
     iqr_s: float = field(init=False)
     mean_s: float = field(init=False)
@@ -186,6 +187,15 @@ class Measurement:
     @property
     def bytes_per_s(self) -> float | None:
         return None if self.bytes_moved is None or self.median_s == 0 else self.bytes_moved / self.median_s
+
+    @property
+    def throttled(self) -> bool | None:
+        """True when NVML saw the GPU slowed by power or thermal limits while timing (None: unknown)."""
+        if not self.gpu_state or self.gpu_state.get("throttle_reasons") is None:
+            return None
+        from .telemetry.nvml import SLOWDOWN_MASK
+
+        return bool(self.gpu_state["throttle_reasons"] & SLOWDOWN_MASK)
 
     @property
     def relative_iqr(self) -> float:
@@ -226,6 +236,9 @@ class Measurement:
             rows.append(("bandwidth", fmt_rate(self.bytes_per_s)))
         if self.peak_memory_bytes is not None:
             rows.append(("peak memory", fmt_bytes(self.peak_memory_bytes)))
+        if self.gpu_state:
+            clocks = f"SM clock {self.gpu_state.get('sm_clock_mhz_before')} -> {self.gpu_state.get('sm_clock_mhz')} MHz"
+            rows.append(("GPU clocks", clocks + (", THROTTLED (power/thermal)" if self.throttled else "")))
         rows.append(("where", str(self.env)))
         return rows
 
@@ -283,6 +296,7 @@ def benchmark(fn: Callable[..., Any], *args: Any, label: str | None = None, warm
     for _ in range(warmup):
         fn(*args, **kwargs)
     synchronize(dev)
+    before = _gpu_clock_state(dev) if kind == "cuda" else None
 
     try:
         import torch
@@ -307,14 +321,35 @@ def benchmark(fn: Callable[..., Any], *args: Any, label: str | None = None, warm
         times, number = _perf_counter_loop(fn, args, kwargs, min_run_time)
         backend = "perf_counter"
 
+    gpu_state = None
+    if before is not None:
+        after = _gpu_clock_state(dev) or {}
+        mask = (before.get("throttle_reasons") or 0) | (after.get("throttle_reasons") or 0)
+        gpu_state = {"sm_clock_mhz_before": before.get("sm_clock_mhz"), "sm_clock_mhz": after.get("sm_clock_mhz"),
+                     "throttle_reasons": mask if (before.get("throttle_reasons") is not None
+                                                  or after.get("throttle_reasons") is not None) else None}
     result = Measurement(label=label, times_s=times, number_per_run=number, device=dev, num_threads=threads,
                          env=environment(dev), backend=backend, warmup=warmup, items=items, flops=flops,
-                         bytes_moved=bytes_moved, description=description)
+                         bytes_moved=bytes_moved, description=description, gpu_state=gpu_state)
+    if result.throttled:
+        warnings.warn(f"{label}: the GPU's clocks were slowed by power or thermal limits while timing "
+                      f"({gpu_state}); figures are below what the card can do", UserWarning, stacklevel=2)
     if warn_noisy and result.noisy:
         warnings.warn(f"{label}: IQR is {result.relative_iqr:.0%} of the median over {result.runs} runs - "
                       "the machine was busy or the workload varies; re-run, or compare medians only "
                       "with care", NoisyMeasurementWarning, stacklevel=2)
     return result
+
+
+def _gpu_clock_state(dev: str) -> dict[str, Any] | None:
+    """NVML's view of the CUDA device's clocks, when NVML is there (None otherwise)."""
+    from .telemetry.nvml import clock_state
+
+    index = int(dev.split(":")[1]) if ":" in dev else 0
+    try:
+        return clock_state(index)
+    except Exception:
+        return None
 
 
 def _torch_timer() -> Any:

@@ -1,1 +1,10 @@
-"""GPU and host telemetry. ``nvml`` is the only module in gpulab that imports NVML (nvidia-ml-py)."""
+"""GPU and host telemetry: ``Monitor`` samples in the background and gives a ``Trace``.
+
+``nvml`` is the only module in gpulab that imports NVML (nvidia-ml-py); ``host`` reads psutil;
+``trace`` holds the recorded samples and their views; ``diagnose`` turns a trace into a verdict.
+"""
+from .diagnose import Finding, Verdict
+from .sampler import Monitor
+from .trace import Mark, Trace
+
+__all__ = ["Monitor", "Trace", "Mark", "Verdict", "Finding"]

@@ -6,8 +6,10 @@ figure updated in place must be told apart from figures appended one after anoth
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,14 +19,29 @@ from .jupyterlab import FIXTURES_DIR, NotebookResult, assert_live_figure_updates
 RunUI = Callable[[str], NotebookResult]
 
 
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+
+
+def live_figure_cells(name: str) -> list[int]:
+    """Indices of the cells tagged ``live-figure`` (a gl.Monitor(live=True) drawing in place)."""
+    path = NOTEBOOKS / name
+    if not path.is_file():
+        return []
+    cells = json.loads(path.read_text())["cells"]
+    return [i for i, c in enumerate(cells) if "live-figure" in c.get("metadata", {}).get("tags", [])]
+
+
 @pytest.mark.parametrize("name", course_notebooks(), ids=lambda name: name)
-def test_notebook_runs_in_jupyterlab(name: str, run_ui: RunUI) -> None:
-    """Run All finishes, every code cell has an execution number, no error output, figures drawn."""
+def test_notebook_runs_in_jupyterlab(name: str, run_ui: RunUI, page: Any) -> None:
+    """Run All finishes, every code cell has an execution number, no error output, figures drawn,
+    and every live figure was updated in place."""
     result = run_ui(name)
     for warning in result.warnings:  # plain stderr warnings: shown in pytest's warnings summary
         warnings.warn(f"{name}: {warning}", UserWarning, stacklevel=1)
     assert result.ok, result.summary()
     assert result.screenshot is not None and result.screenshot.is_file()
+    for index in live_figure_cells(name):
+        assert_live_figure_updates(page, cell_index=index, min_updates=5)
 
 
 def test_broken_notebook_is_reported_as_failing(run_ui: RunUI) -> None:

@@ -1,0 +1,168 @@
+"""Telemetry -> verdict: the course's bottleneck rules as code, each finding with its evidence.
+
+GPU rules (NVML rows present):
+- GPU busy >= 70% of the time -> healthy;
+- GPU mostly idle and host CPU high -> input-bound (more DataLoader workers, preprocessing on GPU/DALI);
+- GPU mostly idle and host CPU low -> launch- or sync-bound (bigger batches, fewer host syncs,
+  CUDA graphs / torch.compile);
+- peak memory under half the card -> the batch can grow;
+- clocks slowed by power or thermal limits for a noticeable share of the run -> power/thermal limited.
+Host rules (always; the only ones without NVML, which never yields a GPU verdict):
+- share of time in phases named "data..."/"load..." -> input-bound when large;
+- host CPU saturated or idle.
+
+Example:
+    >>> import pandas as pd
+    >>> from gpulab.telemetry.trace import Trace
+    >>> f = pd.DataFrame({"t_s": [0.0, 0.1, 0.2], "device": "host", "source": "host",
+    ...                   "cpu_util_pct": [99.0, 98.0, 97.0], "process_cpu_pct": [95.0, 96.0, 97.0]})
+    >>> diagnose(Trace(f, 0.1, duration_s=0.3)).verdict
+    'host-saturated'
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .._format import html_table, text_table
+
+__all__ = ["Finding", "Verdict", "diagnose", "HEALTHY_UTIL_PCT", "HIGH_CPU_PCT", "LOW_CPU_PCT"]
+
+HEALTHY_UTIL_PCT = 70.0   # GPU busy at least this share of the time: healthy
+HIGH_CPU_PCT = 75.0       # host CPU (all cores) this busy: the host is the limit
+LOW_CPU_PCT = 40.0
+DATA_SHARE = 0.30         # a third of the time waiting for data: input-bound
+THROTTLE_SHARE = 0.05
+LOW_MEMORY_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class Finding:
+    level: Literal["ok", "info", "warning"]
+    code: str
+    message: str
+    evidence: str
+    advice: str = ""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The main finding (``verdict``) and every finding with its evidence."""
+
+    verdict: str
+    findings: tuple[Finding, ...]
+    source: str  # "nvml+host" or "host"
+
+    @property
+    def codes(self) -> list[str]:
+        return [f.code for f in self.findings]
+
+    def _rows(self) -> list[tuple[str, str, str, str]]:
+        mark = {"ok": "[ok]", "info": "[i]", "warning": "[!]"}
+        return [(mark[f.level], f.message, f.evidence, f.advice) for f in self.findings]
+
+    def __repr__(self) -> str:
+        head = f"Verdict: {self.verdict} (from {self.source} telemetry)"
+        lines = [head]
+        for m, msg, ev, adv in self._rows():
+            lines.append(f"{m} {msg}\n    evidence: {ev}" + (f"\n    try: {adv}" if adv else ""))
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        return html_table(("", "finding", "evidence", "what to try"), self._rows(),
+                          caption=f"Verdict: {self.verdict} (from {self.source} telemetry)")
+
+
+def _data_share(trace: Any) -> tuple[float | None, str]:
+    phases = trace.phase_seconds()
+    total = sum(phases.values())
+    if not phases or total <= 0:
+        return None, ""
+    data = sum(v for k, v in phases.items() if k.lower().startswith(("data", "load", "input")))
+    detail = ", ".join(f"{k} {v:.1f} s" for k, v in phases.items())
+    return data / total, detail
+
+
+def diagnose(trace: Any) -> Verdict:
+    """Apply the rules to a :class:`~gpulab.telemetry.trace.Trace`."""
+    findings: list[Finding] = []
+    host = trace.device_frame("host") if "host" in trace.devices else None
+    cpu = float(host["cpu_util_pct"].mean()) if host is not None and "cpu_util_pct" in host else None
+    proc = float(host["process_cpu_pct"].mean()) if host is not None and "process_cpu_pct" in host else None
+    share, phase_detail = _data_share(trace)
+    cpu_ev = f"host CPU mean {cpu:.0f}% of all cores" if cpu is not None else "no host CPU samples"
+    gpus = trace.gpus
+    verdict = None
+
+    for g in gpus:
+        f = trace.device_frame(g)
+        if "gpu_util_pct" not in f:
+            findings.append(Finding("info", "gpu-util-missing", f"{g}: NVML gave no utilisation",
+                                    "the metric is not supported on this GPU or mode (e.g. MIG)"))
+            continue
+        util = float(f["gpu_util_pct"].mean())
+        ev = f"{g} busy {util:.0f}% of the time (mean of {len(f)} samples); {cpu_ev}"
+        if util >= HEALTHY_UTIL_PCT:
+            findings.append(Finding("ok", "healthy", f"{g} is kept busy", ev,
+                                    "next: raise the work per kernel (mixed precision, larger batch) and check "
+                                    "tensor activity, since 100% busy can still be a poorly used GPU"))
+            verdict = verdict or "healthy"
+        elif cpu is not None and cpu >= HIGH_CPU_PCT:
+            findings.append(Finding("warning", "input-bound", f"{g} waits while the host CPU is saturated", ev,
+                                    "more DataLoader workers (num_workers), pin_memory, cache decoded data, "
+                                    "or move decoding/augmentation to the GPU (DALI)"))
+            verdict = verdict or "input-bound"
+        else:
+            findings.append(Finding("warning", "launch-bound", f"{g} idles while the host is not busy either",
+                                    ev, "larger batches, fewer host syncs (.item(), .cpu(), printing in the loop), "
+                                    "CUDA graphs or torch.compile to cut launch overhead"))
+            verdict = verdict or "launch-bound"
+        if "mem_used_bytes" in f and "mem_total_bytes" in f:
+            peak = float(f["mem_used_bytes"].max() / f["mem_total_bytes"].max())
+            if peak < LOW_MEMORY_SHARE:
+                findings.append(Finding("info", "memory-headroom", f"{g} memory peaked at {peak:.0%} of the card",
+                                        f"peak {f['mem_used_bytes'].max() / 2**30:.1f} GiB of "
+                                        f"{f['mem_total_bytes'].max() / 2**30:.1f} GiB",
+                                        "the batch can grow (gl.find_max_batch_size)"))
+        if "throttled" in f:
+            thr = float(f["throttled"].fillna(False).astype(bool).mean())
+            if thr >= THROTTLE_SHARE:
+                from .nvml import throttle_names
+
+                reasons = sorted({n for m in f.get("throttle_reasons", []).dropna() for n in throttle_names(int(m))
+                                  if n not in ("gpu_idle", "applications_clocks")})
+                findings.append(Finding("warning", "throttled", f"{g} clocks were slowed {thr:.0%} of the time",
+                                        "reasons: " + (", ".join(reasons) or "unknown"),
+                                        "check cooling and power limits (nvidia-smi -q -d PERFORMANCE)"))
+
+    if share is not None and share >= DATA_SHARE:
+        findings.append(Finding("warning", "data-wait", f"{share:.0%} of the marked time went to loading data",
+                                phase_detail, "overlap loading with compute: DataLoader workers, prefetching, "
+                                "tf.data AUTOTUNE, or DALI"))
+        verdict = verdict or "input-bound"
+    elif share is not None:
+        findings.append(Finding("ok", "data-wait", f"data loading took {share:.0%} of the marked time", phase_detail))
+
+    if not gpus:
+        note = "No GPU telemetry (NVML not available): this verdict comes from host metrics only."
+        if cpu is None:
+            findings.append(Finding("info", "no-samples", "nothing was sampled", note))
+            verdict = verdict or "no-samples"
+        elif cpu >= HIGH_CPU_PCT:
+            findings.append(Finding("ok", "host-saturated", "the host CPU is saturated: the work uses every core",
+                                    f"{cpu_ev}; this process {proc:.0f}%" if proc is not None else cpu_ev,
+                                    "on CPU this is the ceiling; more speed needs less work per item, "
+                                    "lower precision, or a GPU"))
+            verdict = verdict or "host-saturated"
+        elif cpu <= LOW_CPU_PCT:
+            findings.append(Finding("warning", "host-idle", "the host CPU is mostly idle",
+                                    f"{cpu_ev}; this process {proc:.0f}%" if proc is not None else cpu_ev,
+                                    "the work waits (I/O, sleep, locks) or runs on one thread: check "
+                                    "torch.get_num_threads() and where the time goes (lesson 08)"))
+            verdict = verdict or "host-idle"
+        else:
+            findings.append(Finding("info", "host-partly-busy", "the host CPU is partly busy", cpu_ev,
+                                    "part of the run is serial or waiting: Amdahl's law (lesson 00)"))
+            verdict = verdict or "host-partly-busy"
+        findings.append(Finding("info", "no-gpu-telemetry", "GPU verdicts need NVML", note))
+    return Verdict(verdict or "unknown", tuple(findings), "nvml+host" if gpus else "host")

@@ -1,0 +1,283 @@
+"""The background sampler: :class:`Monitor` -> :class:`~gpulab.telemetry.trace.Trace`, with a live
+inline figure in JupyterLab and Colab.
+
+Example:
+    >>> import time
+    >>> from gpulab.telemetry.sampler import Monitor
+    >>> with Monitor(interval=0.05) as mon:
+    ...     time.sleep(0.2)
+    >>> len(mon.trace.frame) >= 2
+    True
+"""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import io
+import logging
+import threading
+import time
+import weakref
+from typing import Any, Callable, Iterator
+
+from .trace import Mark, Trace
+
+__all__ = ["Monitor"]
+
+log = logging.getLogger("gpulab")
+_said_host_only = False
+
+
+class Monitor:
+    """Sample GPU (NVML) and host (psutil) metrics in a background thread.
+
+    Use as ``with gl.Monitor(interval=0.1, live=True) as mon: train()`` or ``mon.start()`` /
+    ``mon.stop()``. ``mon.trace`` is the recorded :class:`Trace` (a snapshot while running).
+    ``mon.mark("eval")`` marks a moment; ``with mon.phase("data"): ...`` marks a span, and phases
+    named ``data*`` feed the data-loading share of ``trace.diagnose()``.
+
+    The thread is a daemon, stops on ``stop()``, on leaving the ``with`` block (also on an exception
+    or KeyboardInterrupt, keeping what was sampled) and at interpreter exit. ``live=True`` redraws one
+    figure in place at most every ``live_every_s`` seconds from a second thread; it never blocks the body.
+    """
+
+    def __init__(self, interval: float = 0.1, live: bool = False, gpus: bool = True, live_every_s: float = 1.0,
+                 on_sample: Callable[[list[dict[str, Any]]], None] | None = None) -> None:
+        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0.001 <= interval <= 3600:
+            raise ValueError(f"interval must be seconds between 0.001 and 3600, got {interval!r}")
+        if not isinstance(live_every_s, (int, float)) or live_every_s < 0.2:
+            raise ValueError(f"live_every_s must be at least 0.2 s, got {live_every_s!r}")
+        self.interval = float(interval)
+        self.live = bool(live)
+        self.live_every_s = float(live_every_s)
+        self._want_gpus = gpus
+        self._on_sample = on_sample
+        self._rows: list[dict[str, Any]] = []
+        self._marks: list[Mark] = []
+        self._notes: list[str] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._live_thread: threading.Thread | None = None
+        self._t0 = 0.0
+        self._t_end: float | None = None
+        self._cpu_s = 0.0
+        self._devices_info: dict[str, str] = {}
+        self._display: Any = None
+        self._live_frames = 0
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+    def __enter__(self) -> "Monitor":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> "Monitor":
+        """Start sampling (raises ``RuntimeError`` if already running)."""
+        if self.running:
+            raise RuntimeError("this Monitor is already running; stop() it first or use a new one")
+        from .host import HostSampler
+
+        host = HostSampler()
+        samplers = self._gpu_samplers() if self._want_gpus else []
+        with self._lock:
+            self._rows, self._marks, self._cpu_s, self._t_end = [], [], 0.0, None
+        self._stop.clear()
+        self._t0 = time.monotonic()
+        self._thread = threading.Thread(target=self._run, args=(host, samplers), name="gpulab-monitor", daemon=True)
+        self._thread.start()
+        _register_exit_hooks()
+        _ACTIVE.add(self)
+        if self.live:
+            self._start_live()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> Trace:
+        """Stop sampling and return the :class:`Trace` (safe to call twice)."""
+        self._stop.set()
+        for t in (self._thread, self._live_thread):
+            if t is not None and t is not threading.current_thread():
+                t.join(timeout)
+        if self._t_end is None and self._thread is not None:
+            self._t_end = time.monotonic()
+        _ACTIVE.discard(self)
+        trace = self.trace
+        if self.live and self._display is not None:
+            self._show(trace)  # the final frame, drawn once more by the caller's thread
+        return trace
+
+    # ---- marks -------------------------------------------------------------------------------
+    def mark(self, name: str) -> None:
+        """Mark this moment (a phase that lasts until the next mark)."""
+        self._marks.append(Mark(str(name), self._now()))
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Mark a span: ``with mon.phase("data"): batch = next(it)``."""
+        start = self._now()
+        try:
+            yield
+        finally:
+            self._marks.append(Mark(str(name), start, self._now()))
+
+    def _now(self) -> float:
+        return time.monotonic() - self._t0 if self._t0 else 0.0
+
+    # ---- the recorded trace ------------------------------------------------------------------
+    @property
+    def trace(self) -> Trace:
+        """The samples so far (or of the finished run) as a :class:`Trace`."""
+        import pandas as pd
+
+        with self._lock:
+            rows = list(self._rows)
+            cpu_s = self._cpu_s
+        end = self._t_end if self._t_end is not None else time.monotonic()
+        frame = pd.DataFrame(rows)
+        if frame.empty:
+            frame = pd.DataFrame(columns=["t_s", "wall_time", "device", "source"])
+        return Trace(frame=frame, interval_s=self.interval, marks=tuple(self._marks),
+                     duration_s=max(0.0, end - self._t0) if self._t0 else 0.0, sampler_cpu_s=cpu_s,
+                     notes=tuple(self._notes), devices_info=dict(self._devices_info))
+
+    # ---- sampling thread ---------------------------------------------------------------------
+    def _gpu_samplers(self) -> list[tuple[str, Any]]:
+        from . import nvml
+
+        st = nvml.status()
+        if not st.available:
+            global _said_host_only
+            note = f"NVML not available ({st.error}): monitoring host metrics only"
+            self._notes.append(note)
+            if not _said_host_only:
+                _said_host_only = True
+                log.warning("gpulab.Monitor: %s", note)
+            return []
+        out = []
+        for i, dev in enumerate(nvml.visible_devices()):
+            name = f"gpu{i}"
+            self._devices_info[name] = f"{dev.name} ({dev.uuid})"
+            if dev.mig_enabled:
+                self._notes.append(f"{name} is in MIG mode: utilisation is not reported per GPU; "
+                                   "memory is summed over MIG instances")
+            out.append((name, nvml.GPUSampler(dev)))
+        return out
+
+    def _run(self, host: Any, samplers: list[tuple[str, Any]]) -> None:
+        from .host import torch_memory
+
+        cpu0 = time.thread_time()
+        next_t = time.monotonic()
+        failures = 0
+        try:
+            while True:
+                now = time.monotonic()
+                try:
+                    rows = self._take(host, samplers, torch_memory, now)
+                    with self._lock:
+                        self._rows.extend(rows)
+                        self._cpu_s = time.thread_time() - cpu0
+                    if self._on_sample is not None:
+                        self._on_sample(rows)
+                except Exception as e:  # a failing metric source must not kill the thread silently
+                    failures += 1
+                    if failures == 1:
+                        log.warning("gpulab.Monitor: a sample failed (%s); continuing", e)
+                        self._notes.append(f"sampling error: {e}")
+                next_t += self.interval
+                if next_t < time.monotonic():  # fell behind (a slow call): skip, don't burst
+                    next_t = time.monotonic() + self.interval
+                if self._stop.wait(max(0.0, next_t - time.monotonic())):
+                    break
+        finally:
+            with self._lock:
+                self._cpu_s = time.thread_time() - cpu0
+            self._t_end = time.monotonic()
+            for _, s in samplers:
+                with contextlib.suppress(Exception):
+                    s.close()
+
+    def _take(self, host: Any, samplers: list[tuple[str, Any]], torch_memory: Callable[[], dict], now: float
+              ) -> list[dict[str, Any]]:
+        t_s, wall = now - self._t0, time.time()
+        rows = [{"t_s": t_s, "wall_time": wall, "device": "host", "source": "host", **host.sample()}]
+        tm = torch_memory() if samplers else {}
+        for i, (name, s) in enumerate(samplers):
+            row = {"t_s": t_s, "wall_time": wall, "device": name, "source": "nvml", **s.sample(now)}
+            row.update(tm.get(i, {}))
+            rows.append(row)
+        return rows
+
+    # ---- live figure -------------------------------------------------------------------------
+    def _start_live(self) -> None:
+        try:
+            from IPython import get_ipython
+            from IPython.display import display
+        except ImportError:
+            get_ipython = None  # type: ignore[assignment]
+        if get_ipython is None or get_ipython() is None:
+            self._notes.append("live=True needs Jupyter: plotting after the run instead")
+            self.live = False
+            return
+        from IPython.display import Image
+
+        self._display = display(Image(data=self._render(self.trace)), display_id=True)
+        self._live_thread = threading.Thread(target=self._live_loop, name="gpulab-monitor-live", daemon=True)
+        self._live_thread.start()
+
+    def _live_loop(self) -> None:
+        while not self._stop.wait(self.live_every_s):
+            try:
+                self._show(self.trace)
+            except Exception as e:  # drawing must never break the body
+                log.info("gpulab.Monitor live plot skipped a frame: %s", e)
+
+    def _show(self, trace: Trace) -> None:
+        from IPython.display import Image
+
+        self._display.update(Image(data=self._render(trace)))
+        self._live_frames += 1
+
+    @staticmethod
+    def _render(trace: Trace) -> bytes:
+        """Draw the trace on a fresh Agg figure (no pyplot state: safe outside the main thread)."""
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=(9, 5), dpi=80)
+        FigureCanvasAgg(fig)
+        trace.plot(fig=fig)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png")
+        return buf.getvalue()
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        return f"Monitor(interval={self.interval:g} s, {state}, {len(self._rows)} rows)"
+
+
+_ACTIVE: "weakref.WeakSet[Monitor]" = weakref.WeakSet()
+_hooks: list[bool] = []
+
+
+def _stop_all() -> None:
+    for m in list(_ACTIVE):
+        with contextlib.suppress(Exception):
+            m.stop(timeout=1.0)
+
+
+def _register_exit_hooks() -> None:
+    """Once per process: stop running monitors at exit, before NVML shuts down (atexit runs handlers
+    last-in first-out, so the order is handed to nvml explicitly)."""
+    if _hooks:
+        return
+    from . import nvml
+
+    _hooks.append(True)
+    atexit.register(_stop_all)
+    nvml.before_shutdown(_stop_all)

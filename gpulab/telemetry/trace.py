@@ -1,0 +1,255 @@
+"""A recorded :class:`Trace` (a tidy DataFrame: one row per sample and device) and its views:
+``plot()``, ``summary()``, ``diagnose()``, ``to_csv()``, ``to_tensorboard()``.
+
+Example:
+    >>> import pandas as pd
+    >>> from gpulab.telemetry.trace import Trace
+    >>> frame = pd.DataFrame({"t_s": [0.0, 0.1], "device": ["host", "host"], "source": ["host", "host"],
+    ...                       "cpu_util_pct": [90.0, 95.0]})
+    >>> Trace(frame, interval_s=0.1).summary().loc["host", "cpu_util_mean_pct"]
+    92.5
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .._format import fmt_bytes, html_table, text_table
+
+__all__ = ["Trace", "Mark"]
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A named point (``end_s is None``) or phase on the trace's time axis (seconds since start)."""
+
+    name: str
+    start_s: float
+    end_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Trace:
+    """What a :class:`~gpulab.Monitor` recorded.
+
+    ``frame`` columns: ``t_s`` (seconds since start), ``wall_time``, ``device`` ("host", "gpu0", ...),
+    ``source`` ("host" or "nvml") and one column per metric (units in the name; missing = NaN).
+    """
+
+    frame: Any
+    interval_s: float
+    marks: tuple[Mark, ...] = ()
+    duration_s: float = 0.0
+    sampler_cpu_s: float = 0.0
+    notes: tuple[str, ...] = ()
+    devices_info: dict[str, str] = field(default_factory=dict)   # "gpu0" -> "NVIDIA A100 (GPU-...)"
+
+    # ---- basic facts -------------------------------------------------------------------------
+    @property
+    def devices(self) -> list[str]:
+        return list(dict.fromkeys(self.frame["device"])) if len(self.frame) else []
+
+    @property
+    def gpus(self) -> list[str]:
+        return [d for d in self.devices if d != "host"]
+
+    @property
+    def sampler_overhead_pct(self) -> float:
+        """The sampler thread's own CPU time as a percentage of one core over the run."""
+        return 100.0 * self.sampler_cpu_s / self.duration_s if self.duration_s > 0 else 0.0
+
+    def device_frame(self, device: str) -> Any:
+        """Rows of one device, indexed by ``t_s``, with all-missing columns dropped."""
+        f = self.frame[self.frame["device"] == device]
+        return f.set_index("t_s").dropna(axis=1, how="all")
+
+    def phase_seconds(self) -> dict[str, float]:
+        """Total seconds per phase name (phases are marks with an end, or the span to the next mark)."""
+        out: dict[str, float] = {}
+        spans = sorted(self.marks, key=lambda m: m.start_s)
+        for i, m in enumerate(spans):
+            end = m.end_s
+            if end is None:
+                end = spans[i + 1].start_s if i + 1 < len(spans) else self.duration_s
+            out[m.name] = out.get(m.name, 0.0) + max(0.0, end - m.start_s)
+        return out
+
+    # ---- views -------------------------------------------------------------------------------
+    def summary(self) -> Any:
+        """Per device: mean and p95 utilisation, peak memory, energy (J) and time throttled (s)."""
+        import numpy as np
+        import pandas as pd
+
+        rows = {}
+        for dev in self.devices:
+            f = self.device_frame(dev)
+            dt = float(np.median(np.diff(f.index))) if len(f) > 1 else self.interval_s
+            r: dict[str, Any] = {"samples": len(f)}
+            if dev == "host":
+                for col in ("cpu_util_pct", "process_cpu_pct"):
+                    if col in f:
+                        r[col.replace("_pct", "_mean_pct")] = float(f[col].mean())
+                        r[col.replace("_pct", "_p95_pct")] = float(f[col].quantile(0.95))
+                if "rss_bytes" in f:
+                    r["rss_peak_bytes"] = int(f["rss_bytes"].max())
+            else:
+                if "gpu_util_pct" in f:
+                    r["gpu_util_mean_pct"] = float(f["gpu_util_pct"].mean())
+                    r["gpu_util_p95_pct"] = float(f["gpu_util_pct"].quantile(0.95))
+                if "mem_used_bytes" in f:
+                    r["mem_used_peak_bytes"] = int(f["mem_used_bytes"].max())
+                    if "mem_total_bytes" in f:
+                        r["mem_used_peak_pct"] = float(100 * f["mem_used_bytes"].max() / f["mem_total_bytes"].max())
+                if "torch_reserved_bytes" in f:
+                    r["torch_reserved_peak_bytes"] = int(f["torch_reserved_bytes"].max())
+                if "energy_j" in f and f["energy_j"].notna().sum() >= 2:
+                    e = f["energy_j"].dropna()
+                    r["energy_j"] = float(e.iloc[-1] - e.iloc[0])
+                elif "power_w" in f and f["power_w"].notna().sum() >= 2:
+                    p = f["power_w"].dropna()
+                    r["energy_j"] = float(np.trapezoid(p.to_numpy(), p.index.to_numpy()))
+                if "power_w" in f:
+                    r["power_mean_w"] = float(f["power_w"].mean())
+                if "temp_c" in f:
+                    r["temp_max_c"] = float(f["temp_c"].max())
+                if "throttled" in f:
+                    r["throttled_s"] = float(f["throttled"].fillna(False).astype(bool).sum() * dt)
+                for col in ("sm_active_pct", "tensor_active_pct"):
+                    if col in f:
+                        r[col.replace("_pct", "_mean_pct")] = float(f[col].mean())
+            rows[dev] = r
+        return pd.DataFrame.from_dict(rows, orient="index")
+
+    def diagnose(self) -> Any:
+        """A verdict with its evidence (see :mod:`gpulab.telemetry.diagnose`)."""
+        from .diagnose import diagnose
+
+        return diagnose(self)
+
+    def plot(self, fig: Any = None) -> Any:
+        """One figure, aligned time axes: utilisation, memory, and power/temperature/clocks when present.
+        Marks and phases are drawn on every panel. Returns the matplotlib Figure."""
+        if fig is None:
+            import matplotlib.pyplot as plt
+
+            fig = plt.figure(figsize=(9, 6))
+        gpus = self.gpus
+        extra = any(c in self.frame for c in ("power_w", "temp_c", "sm_clock_mhz")) and gpus
+        n = 3 if extra else 2
+        axes = fig.subplots(n, 1, sharex=True) if len(self.frame) else [fig.add_subplot(1, 1, 1)]
+        if not len(self.frame):
+            axes[0].set_title("no samples yet")
+            return fig
+        ax_u, ax_m = axes[0], axes[1]
+        host = self.device_frame("host") if "host" in self.devices else None
+        if host is not None and "cpu_util_pct" in host:
+            ax_u.plot(host.index, host["cpu_util_pct"], color="#888888", label="CPU (all cores)")
+            if "process_cpu_pct" in host:
+                ax_u.plot(host.index, host["process_cpu_pct"], color="#888888", ls=":", label="this process")
+        for g in gpus:
+            f = self.device_frame(g)
+            if "gpu_util_pct" in f:
+                ax_u.plot(f.index, f["gpu_util_pct"], label=f"{g} util")
+            if "tensor_active_pct" in f:
+                ax_u.plot(f.index, f["tensor_active_pct"], ls="--", label=f"{g} tensor active")
+            if "mem_used_bytes" in f:
+                ax_m.plot(f.index, f["mem_used_bytes"] / 2**30, label=f"{g} memory used")
+            if "torch_reserved_bytes" in f:
+                ax_m.plot(f.index, f["torch_reserved_bytes"] / 2**30, ls="--", label=f"{g} torch reserved")
+        if host is not None and "rss_bytes" in host:
+            ax_m.plot(host.index, host["rss_bytes"] / 2**30, color="#888888", label="process RSS (host)")
+        ax_u.set_ylabel("utilisation %")
+        ax_u.set_ylim(0, 105)
+        ax_m.set_ylabel("GiB")
+        if extra:
+            ax_p = axes[2]
+            for g in gpus:
+                f = self.device_frame(g)
+                if "power_w" in f:
+                    ax_p.plot(f.index, f["power_w"], label=f"{g} power W")
+                if "temp_c" in f:
+                    ax_p.plot(f.index, f["temp_c"], ls="--", label=f"{g} temp °C")
+                if "throttled" in f and f["throttled"].fillna(False).astype(bool).any():
+                    t = f.index[f["throttled"].fillna(False).astype(bool)]
+                    ax_p.scatter(t, [0] * len(t), marker="|", color="red", label=f"{g} throttled")
+            ax_p.set_ylabel("W / °C")
+        for ax in axes:
+            for m in self.marks:
+                ax.axvline(m.start_s, color="k", lw=0.7, ls=":")
+                if m.end_s is not None:
+                    ax.axvspan(m.start_s, m.end_s, color="k", alpha=0.06)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+            ax.grid(alpha=0.3)
+        for m in self.marks:
+            axes[0].annotate(m.name, (m.start_s, 102), fontsize=7, rotation=0, va="bottom")
+        axes[-1].set_xlabel("seconds")
+        source = "GPU (NVML) + host" if gpus else "host only (no NVML)"
+        axes[0].set_title(f"Telemetry: {source}, every {self.interval_s:g} s, {self.duration_s:.1f} s")
+        fig.tight_layout()
+        return fig
+
+    # ---- export ------------------------------------------------------------------------------
+    def to_csv(self, path: str | Path) -> Path:
+        """Write the tidy frame to ``path`` (CSV); returns the path."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.frame.to_csv(path, index=False)
+        return path
+
+    def to_tensorboard(self, logdir: str | Path) -> Path:
+        """Write every numeric metric as TensorBoard scalars (``telemetry/<device>/<metric>``), step =
+        sample number. Uses TensorFlow's summary writer, or torch's when TensorFlow is absent."""
+        logdir = Path(logdir)
+        numeric = [c for c in self.frame.columns if c not in ("t_s", "wall_time", "device", "source")
+                   and self.frame[c].dtype.kind in "fiub"]
+        try:
+            import tensorflow as tf
+
+            writer = tf.summary.create_file_writer(str(logdir))
+            with writer.as_default():
+                for dev in self.devices:
+                    f = self.frame[self.frame["device"] == dev]
+                    for step, (_, row) in enumerate(f.iterrows()):
+                        for c in numeric:
+                            if row[c] == row[c]:  # not NaN
+                                tf.summary.scalar(f"telemetry/{dev}/{c}", float(row[c]), step=step)
+            writer.flush()
+            writer.close()
+        except ImportError:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as e:
+                raise ImportError("to_tensorboard needs TensorFlow or torch with the tensorboard package: "
+                                  "pip install tensorboard") from e
+            w = SummaryWriter(str(logdir))
+            for dev in self.devices:
+                f = self.frame[self.frame["device"] == dev]
+                for step, (_, row) in enumerate(f.iterrows()):
+                    for c in numeric:
+                        if row[c] == row[c]:
+                            w.add_scalar(f"telemetry/{dev}/{c}", float(row[c]), step, walltime=row.get("wall_time"))
+            w.close()
+        return logdir
+
+    # ---- rendering ---------------------------------------------------------------------------
+    def _rows(self) -> list[tuple[str, str]]:
+        rows = [("duration", f"{self.duration_s:.1f} s, {len(self.frame)} rows, every {self.interval_s:g} s"),
+                ("devices", ", ".join(f"{d} ({self.devices_info.get(d, 'host')})" for d in self.devices) or "none"),
+                ("sampler cost", f"{self.sampler_overhead_pct:.2f}% of one core")]
+        for d in self.devices:
+            f = self.device_frame(d)
+            if d == "host" and "cpu_util_pct" in f:
+                rows.append((d, f"CPU mean {f['cpu_util_pct'].mean():.0f}%, RSS peak {fmt_bytes(f['rss_bytes'].max())}"))
+            elif "gpu_util_pct" in f:
+                rows.append((d, f"util mean {f['gpu_util_pct'].mean():.0f}%"
+                                + (f", memory peak {fmt_bytes(f['mem_used_bytes'].max())}" if "mem_used_bytes" in f else "")))
+        rows += [("note", n) for n in self.notes]
+        return rows
+
+    def __repr__(self) -> str:
+        return "Trace\n" + text_table(("", ""), self._rows())
+
+    def _repr_html_(self) -> str:
+        return html_table(("", ""), self._rows(), caption="Telemetry trace")
