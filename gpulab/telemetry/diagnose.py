@@ -83,6 +83,19 @@ def _data_share(trace: Any) -> tuple[float | None, str]:
     return data / total, detail
 
 
+def _cpu_by_phase(trace: Any, host: Any) -> str:
+    """Mean host CPU within each named phase, e.g. "CPU by phase: data 50%, compute 98%"."""
+    if host is None or "cpu_util_pct" not in host or not trace.marks:
+        return ""
+    spans, parts = sorted(trace.marks, key=lambda m: m.start_s), {}
+    for i, m in enumerate(spans):
+        end = m.end_s if m.end_s is not None else (spans[i + 1].start_s if i + 1 < len(spans) else trace.duration_s)
+        sel = host.loc[m.start_s:end, "cpu_util_pct"]
+        if len(sel):
+            parts.setdefault(m.name, []).append(float(sel.mean()))
+    return "CPU by phase: " + ", ".join(f"{k} {sum(v) / len(v):.0f}%" for k, v in parts.items()) if parts else ""
+
+
 def diagnose(trace: Any) -> Verdict:
     """Apply the rules to a :class:`~gpulab.telemetry.trace.Trace`."""
     findings: list[Finding] = []
@@ -90,7 +103,12 @@ def diagnose(trace: Any) -> Verdict:
     cpu = float(host["cpu_util_pct"].mean()) if host is not None and "cpu_util_pct" in host else None
     proc = float(host["process_cpu_pct"].mean()) if host is not None and "process_cpu_pct" in host else None
     share, phase_detail = _data_share(trace)
+    by_phase = _cpu_by_phase(trace, host)
+    if by_phase:
+        phase_detail = f"{phase_detail}; {by_phase}"
     cpu_ev = f"host CPU mean {cpu:.0f}% of all cores" if cpu is not None else "no host CPU samples"
+    if by_phase:
+        cpu_ev += f" ({by_phase})"
     gpus = trace.gpus
     verdict = None
 
@@ -149,7 +167,7 @@ def diagnose(trace: Any) -> Verdict:
             findings.append(Finding("info", "no-samples", "nothing was sampled", note))
             verdict = verdict or "no-samples"
         elif cpu >= HIGH_CPU_PCT:
-            findings.append(Finding("ok", "host-saturated", "the host CPU is saturated: the work uses every core",
+            findings.append(Finding("ok", "host-saturated", "the host CPU is busy: the work keeps the cores occupied",
                                     f"{cpu_ev}; this process {proc:.0f}%" if proc is not None else cpu_ev,
                                     "on CPU this is the ceiling; more speed needs less work per item, "
                                     "lower precision, or a GPU"))

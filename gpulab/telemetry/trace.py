@@ -42,6 +42,7 @@ class Trace:
     marks: tuple[Mark, ...] = ()
     duration_s: float = 0.0
     sampler_cpu_s: float = 0.0
+    live_cpu_s: float = 0.0       # CPU time spent drawing the live figure (a separate thread)
     notes: tuple[str, ...] = ()
     devices_info: dict[str, str] = field(default_factory=dict)   # "gpu0" -> "NVIDIA A100 (GPU-...)"
 
@@ -127,9 +128,10 @@ class Trace:
 
         return diagnose(self)
 
-    def plot(self, fig: Any = None) -> Any:
+    def plot(self, fig: Any = None, tight: bool = True) -> Any:
         """One figure, aligned time axes: utilisation, memory, and power/temperature/clocks when present.
-        Marks and phases are drawn on every panel. Returns the matplotlib Figure."""
+        Marks and phases are drawn on every panel. Returns the matplotlib Figure.
+        ``tight=False`` uses fixed margins (several times cheaper: the live view redraws this way)."""
         if fig is None:
             import matplotlib.pyplot as plt
 
@@ -187,7 +189,10 @@ class Trace:
         axes[-1].set_xlabel("seconds")
         source = "GPU (NVML) + host" if gpus else "host only (no NVML)"
         axes[0].set_title(f"Telemetry: {source}, every {self.interval_s:g} s, {self.duration_s:.1f} s")
-        fig.tight_layout()
+        if tight:
+            fig.tight_layout()
+        else:
+            fig.subplots_adjust(left=0.08, right=0.78, top=0.93, bottom=0.1, hspace=0.12)
         return fig
 
     # ---- export ------------------------------------------------------------------------------
@@ -238,6 +243,8 @@ class Trace:
         rows = [("duration", f"{self.duration_s:.1f} s, {len(self.frame)} rows, every {self.interval_s:g} s"),
                 ("devices", ", ".join(f"{d} ({self.devices_info.get(d, 'host')})" for d in self.devices) or "none"),
                 ("sampler cost", f"{self.sampler_overhead_pct:.2f}% of one core")]
+        if self.live_cpu_s:
+            rows.append(("live figure cost", f"{100 * self.live_cpu_s / max(self.duration_s, 1e-9):.1f}% of one core"))
         for d in self.devices:
             f = self.device_frame(d)
             if d == "host" and "cpu_util_pct" in f:
