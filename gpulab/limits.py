@@ -119,8 +119,8 @@ class MachineLimits:
 
 def machine_limits(device: Any = None, dtypes: Sequence[str] | None = None, sizes: Sequence[int] | None = None,
                    copy_bytes: int | None = None, min_run_time: float = 0.3) -> MachineLimits:
-    """Measure this device's ceilings. Defaults follow the device: CPU n=1024/2048 and a 256 MiB copy;
-    GPU n=4096/8192 and a 1 GiB copy; dtypes fp32 plus bf16 where it is fast (and fp16 on CUDA).
+    """Measure this device's ceilings. Defaults follow the device: CPU n=1024/2048;
+    GPU n=4096/8192; a 1 GiB copy (beyond any cache); dtypes fp32 plus bf16 where it is fast (and fp16 on CUDA).
 
     Example:
         >>> import gpulab as gl
@@ -138,7 +138,7 @@ def machine_limits(device: Any = None, dtypes: Sequence[str] | None = None, size
         caps = system_info(frameworks=("torch",)).capabilities
         dtypes = ["float32"] + (["bfloat16"] if caps.bf16 else []) + (["float16"] if dev.type == "cuda" else [])
     sizes = list(sizes or ([4096, 8192] if gpu else [1024, 2048]))
-    copy_bytes = copy_bytes or ((1 << 30) if gpu else (256 << 20))
+    copy_bytes = copy_bytes or (1 << 30)  # larger than CPU caches (some server L3s exceed 256 MiB)
     matmul = tuple(measure_matmul(n, d, dev, min_run_time) for d in dtypes for n in sizes)
     copy = (measure_bandwidth(copy_bytes, dev, min_run_time),)
     return MachineLimits(str(dev), matmul[0].env, matmul, copy)
