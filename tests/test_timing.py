@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import builtins
-import itertools
 import time
 import warnings
 
@@ -65,12 +64,21 @@ def test_measurement_rejects_bad_times():
         Measurement("x", (0.1, -1.0), 1, "cpu", 1, env, "manual", 0)
 
 
-def test_noisy_measurement_warns():
-    calls = itertools.count()  # each call slower than the last: blocks differ, whatever their size
+def test_noisy_measurement_warns(monkeypatch):
+    """A Timer whose blocks spread widely (as on a busy machine) makes benchmark warn."""
+    import gpulab.timing as timing
+
+    class SpreadTimer:
+        def __init__(self, **kwargs):
+            pass
+
+        def blocked_autorange(self, min_run_time):
+            return type("M", (), {"times": [0.001, 0.002, 0.001, 0.003, 0.0015, 0.004], "number_per_run": 1})()
+
+    monkeypatch.setattr(timing, "_torch_timer", lambda: SpreadTimer)
     with pytest.warns(NoisyMeasurementWarning, match="IQR"):
-        m = gl.benchmark(lambda: spin(0.0001 * (1 + next(calls) / 5)), label="drifting", min_run_time=0.3,
-                         warmup=0)
-    assert m.noisy
+        m = gl.benchmark(spin, 0.0, label="busy machine", warmup=0)
+    assert m.noisy and m.relative_iqr > 0.5
 
 
 def test_steady_measurement_does_not_warn():
