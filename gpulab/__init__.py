@@ -8,7 +8,10 @@ Example:
     >>> gl.__version__
     '0.1.0'
 """
+from . import models
 from .limits import MachineLimits, machine_limits, measure_bandwidth, measure_matmul
+from .memory import (GiB, KiB, MiB, BatchSizeSearch, MemoryBreakdown, MemoryEstimate, PeakMemory, breakdown, estimate,
+                     find_max_batch_size, free_memory, is_oom, memory_budget, peak_memory)
 from .notebook import Check, Session, by_device, check, setup
 from .plots import plot_amdahl, plot_roofline
 from .reference import GPUSpec, Published, gpu_spec, gpu_specs, published, references
@@ -17,6 +20,7 @@ from .system import (Capabilities, Diagnosis, FrameworkInfo, GPUInfo, Report, Sy
                      diagnose, doctor, system_info)
 from .tables import Comparison, compare
 from .telemetry import Monitor, Trace, Verdict
+from .train import TrainConfig, TrainResult, accumulated_gradients, evaluate, train, train_step
 from .timing import Env, Measurement, NoisyMeasurementWarning, Stopwatch, benchmark, environment, synchronize, timer
 
 __version__ = "0.1.0"
@@ -36,6 +40,11 @@ __all__ = [
     # machine limits and models of performance
     "machine_limits", "measure_matmul", "measure_bandwidth", "MachineLimits",
     "attainable_flops", "count_flops", "amdahl_speedup", "fit_amdahl", "AmdahlFit",
+    # memory
+    "peak_memory", "PeakMemory", "breakdown", "MemoryBreakdown", "estimate", "MemoryEstimate",
+    "find_max_batch_size", "BatchSizeSearch", "memory_budget", "free_memory", "is_oom", "KiB", "MiB", "GiB",
+    # models and training
+    "models", "TrainConfig", "TrainResult", "train", "train_step", "accumulated_gradients", "evaluate",
     # notebooks
     "setup", "by_device", "Session", "check", "Check", "plot_roofline", "plot_amdahl",
 ]

@@ -30,7 +30,8 @@ def _si(x: float, units: Sequence[str], base: float, digits: int) -> str:
     while abs(x) >= base and i < len(units) - 1:
         x /= base
         i += 1
-    return f"{x:.{digits}g} {units[i]}"
+    text = f"{x:.0f}" if abs(x) >= 10**digits else f"{x:.{digits}g}"
+    return f"{text} {units[i]}"
 
 
 def fmt_bytes(n: float | None, digits: int = 3) -> str:

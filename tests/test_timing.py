@@ -33,12 +33,15 @@ def test_benchmark_matmul_matches_hand_timing_and_uses_all_threads():
     a = torch.randn(512, 512)
     m = gl.benchmark(torch.mm, a, a, label="mm", flops=2 * 512**3, min_run_time=0.3, warn_noisy=False)
     torch.mm(a, a)
-    t0 = time.perf_counter()
-    for _ in range(20):
-        torch.mm(a, a)
-    hand = (time.perf_counter() - t0) / 20
-    print(f"mm: benchmark {m.median_s * 1e3:.3f} ms, hand {hand * 1e3:.3f} ms, {m.flops_per_s / 1e9:.0f} GFLOP/s")
-    assert 0.5 < m.median_s / hand < 2.0
+    blocks = []  # best of several hand-timed blocks, like the benchmark's fastest run: robust to a busy machine
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(10):
+            torch.mm(a, a)
+        blocks.append((time.perf_counter() - t0) / 10)
+    hand = min(blocks)
+    print(f"mm: benchmark min {m.min_s * 1e3:.3f} ms (median {m.median_s * 1e3:.3f}), hand {hand * 1e3:.3f} ms")
+    assert 0.5 < m.min_s / hand < 2.0
     assert m.num_threads == torch.get_num_threads()
     assert m.backend == "torch.utils.benchmark" and m.device == "cpu"
 

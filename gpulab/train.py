@@ -1,0 +1,245 @@
+"""One configurable training step, and a short loop around it that records what it did.
+
+The step is plain PyTorch you can read top to bottom: autocast (bf16, or fp16 with a GradScaler),
+gradient accumulation over micro-batches, channels_last, and torch.compile are switches on one
+:class:`TrainConfig`, so lessons compare configurations without copying loops.
+
+Example:
+    >>> import torch, gpulab as gl
+    >>> model = gl.models.mlp()
+    >>> opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    >>> batch = gl.models.example_batch("mlp", 64)
+    >>> result = gl.train(model, opt, lambda step: batch, steps=3, config=gl.TrainConfig(progress=False))
+    >>> len(result.losses)
+    3
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Literal
+
+from ._format import fmt_bytes, fmt_number, fmt_seconds, html_table, text_table
+
+__all__ = ["TrainConfig", "train_step", "train", "TrainResult", "accumulated_gradients", "evaluate"]
+
+Precision = Literal["fp32", "bf16", "fp16"]
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How to run a training step.
+
+    precision: "fp32", "bf16" (autocast to bfloat16; no scaler needed: same exponent range as fp32) or
+        "fp16" (autocast to float16 with a GradScaler, because small fp16 gradients underflow to zero).
+    accumulation_steps: split each batch into this many micro-batches and step once (same gradients,
+        less activation memory, more time).
+    channels_last: NHWC memory layout for 4-D inputs and the model (faster convolutions on tensor cores).
+    compile: wrap the model in torch.compile on first use (slow first step; see lesson 04).
+    progress: show a tqdm progress bar for loops of 20 steps or more (quiet under tests).
+    """
+
+    device: str | None = None
+    precision: Precision = "fp32"
+    accumulation_steps: int = 1
+    channels_last: bool = False
+    compile: bool = False
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.precision not in ("fp32", "bf16", "fp16"):
+            raise ValueError(f"precision must be 'fp32', 'bf16' or 'fp16', got {self.precision!r}")
+        if not isinstance(self.accumulation_steps, int) or self.accumulation_steps < 1:
+            raise ValueError(f"accumulation_steps must be a whole number >= 1, got {self.accumulation_steps!r}")
+
+    @property
+    def autocast_dtype(self) -> Any:
+        import torch
+
+        return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[self.precision]
+
+
+def _autocast(device_type: str, config: TrainConfig) -> Any:
+    import torch
+
+    dtype = config.autocast_dtype
+    return torch.autocast(device_type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
+
+
+def make_scaler(config: TrainConfig, device_type: str) -> Any:
+    """A GradScaler for fp16 (None otherwise): it multiplies the loss so small gradients survive fp16,
+    then unscales them before the optimizer step and skips steps whose gradients overflowed."""
+    if config.precision != "fp16":
+        return None
+    import torch
+
+    return torch.amp.GradScaler(device_type)
+
+
+def train_step(model: Any, optimizer: Any, batch: tuple[Any, Any], config: TrainConfig = TrainConfig(),
+               scaler: Any = None, loss_fn: Callable[[Any, Any], Any] | None = None) -> Any:
+    """One optimizer step on ``batch = (inputs, targets)``; returns the loss as a detached tensor
+    (no ``.item()``: reading it would make the host wait for the device every step).
+
+    With ``accumulation_steps = k`` the batch is cut into k micro-batches; each micro-batch's mean loss
+    is weighted by its share of the batch, so the accumulated gradient equals the full batch's even
+    when the last micro-batch is smaller.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    loss_fn = loss_fn or F.cross_entropy
+    x, y = batch
+    device_type = x.device.type
+    if config.channels_last and x.dim() == 4:
+        x = x.contiguous(memory_format=torch.channels_last)
+    optimizer.zero_grad(set_to_none=True)
+    total = x.shape[0]
+    losses = []
+    for xs, ys in zip(x.tensor_split(config.accumulation_steps), y.tensor_split(config.accumulation_steps)):
+        if xs.shape[0] == 0:
+            continue
+        with _autocast(device_type, config):
+            loss = loss_fn(model(xs), ys) * (xs.shape[0] / total)
+        (scaler.scale(loss) if scaler is not None else loss).backward()
+        losses.append(loss.detach())
+    if scaler is not None:
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        optimizer.step()
+    return torch.stack(losses).sum()
+
+
+def accumulated_gradients(model: Any, batch: tuple[Any, Any], steps: int, loss_fn: Callable[[Any, Any], Any] | None = None,
+                          divide: bool = True) -> list[Any]:
+    """The parameters' gradients after accumulating ``steps`` micro-batches of ``batch`` (copies).
+
+    ``divide=False`` reproduces the classic bug: summing micro-batch mean losses without weighting
+    them, which multiplies the gradient by about ``steps``.
+    """
+    import torch.nn.functional as F
+
+    loss_fn = loss_fn or F.cross_entropy
+    model.zero_grad(set_to_none=True)
+    x, y = batch
+    for xs, ys in zip(x.tensor_split(steps), y.tensor_split(steps)):
+        loss = loss_fn(model(xs), ys)
+        (loss * (xs.shape[0] / x.shape[0]) if divide else loss).backward()
+    grads = [p.grad.detach().clone() for p in model.parameters() if p.grad is not None]
+    model.zero_grad(set_to_none=True)
+    return grads
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What :func:`train` did: per-step losses and wall times, throughput, peak memory."""
+
+    label: str
+    losses: tuple[float, ...]
+    step_times_s: tuple[float, ...]
+    items_per_step: int
+    peak_memory_bytes: int | None
+    config: TrainConfig
+    warmup_steps: int = 1
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def steady_times_s(self) -> tuple[float, ...]:
+        """Step times after the warm-up steps (first steps pay for lazy init and compilation)."""
+        return self.step_times_s[self.warmup_steps:] or self.step_times_s
+
+    @property
+    def median_step_s(self) -> float:
+        import statistics
+
+        return statistics.median(self.steady_times_s)
+
+    @property
+    def items_per_s(self) -> float:
+        return self.items_per_step / self.median_step_s
+
+    def _rows(self) -> list[tuple[str, str]]:
+        return [("steps", f"{len(self.losses)} ({self.warmup_steps} warm-up)"),
+                ("median step", fmt_seconds(self.median_step_s)),
+                ("throughput", f"{fmt_number(self.items_per_s)} items/s"),
+                ("loss", f"{self.losses[0]:.4g} -> {self.losses[-1]:.4g}"),
+                ("peak memory", fmt_bytes(self.peak_memory_bytes)),
+                ("config", f"{self.config.precision}, accumulation {self.config.accumulation_steps}, "
+                           f"channels_last={self.config.channels_last}, compile={self.config.compile}")]
+
+    def __repr__(self) -> str:
+        return f"TrainResult {self.label!r}\n" + text_table(("", ""), self._rows())
+
+    def _repr_html_(self) -> str:
+        return html_table(("", ""), self._rows(), caption=f"Training run: {self.label}")
+
+
+def train(model: Any, optimizer: Any, batches: Callable[[int], tuple[Any, Any]] | Iterable[tuple[Any, Any]],
+          steps: int, config: TrainConfig = TrainConfig(), label: str = "train", warmup_steps: int = 1,
+          loss_fn: Callable[[Any, Any], Any] | None = None, track_memory: bool = True) -> TrainResult:
+    """Run ``steps`` training steps and record losses, per-step times (device synchronised) and peak memory.
+
+    ``batches`` is a function ``step -> (inputs, targets)`` or an iterable of batches. The loop itself
+    is six lines below: read it.
+    """
+    import torch
+
+    from .memory import MemoryTracker
+    from .system import device as pick_device
+    from .timing import synchronize
+
+    if not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be a positive whole number, got {steps!r}")
+    dev = pick_device(config.device) if config.device else next(model.parameters()).device
+    model.to(dev)
+    if config.channels_last:
+        model.to(memory_format=torch.channels_last)
+    run_model = torch.compile(model) if config.compile else model
+    scaler = make_scaler(config, dev.type)
+    get = batches if callable(batches) else iter(batches).__next__
+    cuda = dev.type == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(dev)
+    tracker = MemoryTracker() if (track_memory and not cuda) else contextlib.nullcontext()
+    losses, times = [], []
+    bar = _progress(steps, label, config.progress)
+    with tracker:
+        for step in range(steps):
+            x, y = (t.to(dev, non_blocking=True) for t in get(step))
+            t0 = time.perf_counter()
+            loss = train_step(run_model, optimizer, (x, y), config, scaler, loss_fn)
+            synchronize(dev)
+            times.append(time.perf_counter() - t0)
+            losses.append(loss)
+            bar.update(1) if bar is not None else None
+    if bar is not None:
+        bar.close()
+    resident = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
+    peak = (int(torch.cuda.max_memory_allocated(dev)) if cuda   # everything on the device, weights included
+            else (resident + tracker.peak_bytes if track_memory else None))
+    return TrainResult(label, tuple(float(v) for v in torch.stack(losses).tolist()), tuple(times), int(x.shape[0]),
+                       peak, config, min(warmup_steps, steps - 1))
+
+
+def _progress(steps: int, label: str, enabled: bool) -> Any:
+    import os
+
+    if not enabled or steps < 20 or "PYTEST_CURRENT_TEST" in os.environ:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=steps, desc=label, leave=False)
+
+
+def evaluate(model: Any, batch: tuple[Any, Any]) -> float:
+    """Accuracy of ``model`` on one ``(inputs, targets)`` batch, in eval mode without gradients."""
+    import torch
+
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        acc = (model(batch[0]).argmax(dim=1) == batch[1]).float().mean().item()
+    model.train(was_training)
+    return acc

@@ -1,0 +1,75 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+import gpulab as gl
+
+
+@pytest.mark.parametrize("name", sorted(gl.models.MODELS))
+def test_models_and_batches(name):
+    make, _ = gl.models.MODELS[name]
+    model = make()
+    x, y = gl.models.example_batch(name, 4)
+    assert model(x).shape == (4, 10) and y.shape == (4,) and int(y.max()) < 10
+    x2, y2 = gl.models.example_batch(name, 4)
+    assert torch.equal(x, x2) and torch.equal(y, y2)     # seeded
+    with pytest.raises(ValueError):
+        gl.models.example_batch(name, 0)
+    with pytest.raises(ValueError, match="unknown model"):
+        gl.models.example_batch("vgg", 4)
+
+
+def test_training_learns_the_synthetic_task():
+    torch.manual_seed(0)
+    model = gl.models.mlp()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    data = [gl.models.example_batch("mlp", 128, seed=s) for s in range(4)]
+    before = gl.evaluate(model, data[0])
+    result = gl.train(model, opt, lambda step: data[step % 4], steps=40, config=gl.TrainConfig(progress=False))
+    after = gl.evaluate(model, data[0])
+    assert result.losses[-1] < result.losses[0] and after > before + 0.3
+    assert result.items_per_s > 0 and result.peak_memory_bytes > 0 and len(result.step_times_s) == 40
+    assert "TrainResult" in repr(result)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_mixed_precision_steps(precision):
+    model = gl.models.mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    batch = gl.models.example_batch("mlp", 32)
+    result = gl.train(model, opt, lambda s: batch, steps=3, config=gl.TrainConfig(precision=precision, progress=False))
+    assert all(l == l for l in result.losses)   # finite, not NaN
+    assert all(p.dtype == torch.float32 for p in model.parameters())   # master weights stay fp32
+
+
+def test_accumulation_equals_full_batch_and_catches_the_bug():
+    torch.manual_seed(0)
+    model = gl.models.mlp()
+    batch = gl.models.example_batch("mlp", 50)          # 50 = 13 + 13 + 12 + 12: uneven micro-batches
+    full = gl.accumulated_gradients(model, batch, steps=1)
+    acc = gl.accumulated_gradients(model, batch, steps=4)
+    assert all(torch.allclose(f, a, atol=1e-6, rtol=1e-4) for f, a in zip(full, acc))
+    bug = gl.accumulated_gradients(model, batch, steps=4, divide=False)
+    ratio = float(bug[0].norm() / full[0].norm())
+    assert ratio == pytest.approx(4, rel=0.1)
+
+
+def test_train_step_with_accumulation_matches_plain_step():
+    torch.manual_seed(0)
+    a, b = gl.models.mlp(), gl.models.mlp()
+    b.load_state_dict(a.state_dict())
+    oa, ob = torch.optim.SGD(a.parameters(), lr=0.1), torch.optim.SGD(b.parameters(), lr=0.1)
+    batch = gl.models.example_batch("mlp", 48)
+    gl.train_step(a, oa, batch, gl.TrainConfig(accumulation_steps=1))
+    gl.train_step(b, ob, batch, gl.TrainConfig(accumulation_steps=3))
+    assert all(torch.allclose(p, q, atol=1e-6) for p, q in zip(a.parameters(), b.parameters()))
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="precision"):
+        gl.TrainConfig(precision="fp8")
+    with pytest.raises(ValueError, match="accumulation_steps"):
+        gl.TrainConfig(accumulation_steps=0)
+    with pytest.raises(ValueError, match="steps"):
+        gl.train(gl.models.mlp(), torch.optim.SGD(gl.models.mlp().parameters(), lr=0.1), lambda s: None, steps=0)
