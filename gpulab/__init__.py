@@ -9,11 +9,17 @@ Example:
     '0.1.0'
 """
 from . import models
+from .batching import BatchRun, BatchSweep, batch_sweep, scale_lr, train_at_batch_size, warmup_factor
+from .interleaved import Contention, benchmark_interleaved, cpu_contention
 from .limits import MachineLimits, machine_limits, measure_bandwidth, measure_matmul
 from .memory import (GiB, KiB, MiB, BatchSizeSearch, MemoryBreakdown, MemoryEstimate, PeakMemory, breakdown, estimate,
                      find_max_batch_size, free_memory, is_oom, memory_budget, peak_memory)
 from .notebook import Check, Session, by_device, check, setup
 from .plots import plot_amdahl, plot_roofline
+from .accumulation import GradientCheck, checkpointed, compare_gradients, micro_batch_gradients
+from .precision import (PrecisionChoice, UnderflowReport, choose_precision, float_formats, gradient_underflow, keras_cnn,
+                        keras_step_times, matmul_sweep)
+from .runs import RunComparison, compare_runs, pattern_batch, train_interleaved
 from .reference import GPUSpec, Published, gpu_spec, gpu_specs, published, references
 from .roofline import AmdahlFit, amdahl_speedup, attainable_flops, count_flops, fit_amdahl
 from .system import (Capabilities, Diagnosis, FrameworkInfo, GPUInfo, Report, SystemInfo, device, device_kind,
@@ -21,7 +27,9 @@ from .system import (Capabilities, Diagnosis, FrameworkInfo, GPUInfo, Report, Sy
 from .tables import Comparison, compare
 from .telemetry import Monitor, Trace, Verdict
 from .train import TrainConfig, TrainResult, accumulated_gradients, evaluate, train, train_step
-from .timing import Env, Measurement, NoisyMeasurementWarning, Stopwatch, benchmark, environment, synchronize, timer
+from .transfer import SyncPoint, SyncReport, find_host_syncs, measure_transfer
+from .timing import (Env, Measurement, NoisyMeasurementWarning, Stopwatch, benchmark, environment, repeat_for,
+                     synchronize, timer)
 
 __version__ = "0.1.0"
 
@@ -31,7 +39,7 @@ __all__ = [
     "device", "device_kind", "system_info", "doctor", "diagnose", "SystemInfo", "GPUInfo", "FrameworkInfo",
     "Capabilities", "Diagnosis", "Report",
     # timing
-    "benchmark", "timer", "synchronize", "environment", "Measurement", "Env", "Stopwatch",
+    "benchmark", "timer", "repeat_for", "synchronize", "environment", "Measurement", "Env", "Stopwatch",
     "NoisyMeasurementWarning",
     # tables and published figures
     "compare", "Comparison", "published", "references", "gpu_spec", "gpu_specs", "Published", "GPUSpec",
@@ -40,11 +48,20 @@ __all__ = [
     # machine limits and models of performance
     "machine_limits", "measure_matmul", "measure_bandwidth", "MachineLimits",
     "attainable_flops", "count_flops", "amdahl_speedup", "fit_amdahl", "AmdahlFit",
+    # moving data (lesson 02)
+    "measure_transfer", "find_host_syncs", "SyncReport", "SyncPoint", "benchmark_interleaved", "cpu_contention",
+    "Contention",
+    # batching (lesson 03)
+    "batch_sweep", "BatchSweep", "scale_lr", "warmup_factor", "train_at_batch_size", "BatchRun",
     # memory
     "peak_memory", "PeakMemory", "breakdown", "MemoryBreakdown", "estimate", "MemoryEstimate",
     "find_max_batch_size", "BatchSizeSearch", "memory_budget", "free_memory", "is_oom", "KiB", "MiB", "GiB",
     # models and training
     "models", "TrainConfig", "TrainResult", "train", "train_step", "accumulated_gradients", "evaluate",
+    # precision and accumulation (lessons 04-05)
+    "choose_precision", "PrecisionChoice", "float_formats", "gradient_underflow", "UnderflowReport", "keras_cnn",
+    "keras_step_times", "matmul_sweep", "micro_batch_gradients", "compare_gradients", "GradientCheck", "checkpointed",
+    "train_interleaved", "compare_runs", "RunComparison", "pattern_batch",
     # notebooks
     "setup", "by_device", "Session", "check", "Check", "plot_roofline", "plot_amdahl",
 ]

@@ -88,3 +88,21 @@ def html_table(header: Sequence[str], rows: Iterable[Sequence[str]], caption: st
     if footer:
         parts.append(f'<div style="font-size:smaller;color:#555">{e(footer)}</div>')
     return "".join(parts)
+
+
+class TableView:
+    """Mixin for result objects shown as one table: subclasses give ``title`` and ``_columns()``
+    (header, rows, footer); this renders them as text in a terminal and HTML in Jupyter."""
+
+    title: str
+
+    def _columns(self) -> tuple[Sequence[str], list[Sequence[str]], str]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        header, rows, footer = self._columns()
+        return f"{self.title}\n{text_table(header, rows)}\n{footer}"
+
+    def _repr_html_(self) -> str:
+        header, rows, footer = self._columns()
+        return html_table(header, rows, caption=self.title, footer=footer)

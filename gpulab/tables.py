@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from ._format import NA, fmt_bytes, fmt_number, fmt_rate, html_table, text_table
+from ._format import TableView, NA, fmt_bytes, fmt_number, fmt_rate, html_table, text_table
 from .reference import Published, published
 from .timing import Measurement
 
@@ -33,8 +33,8 @@ def _time_unit(medians: Sequence[float]) -> tuple[float, str]:
     return _TIME_UNITS[-1]
 
 
-@dataclass(frozen=True)
-class Comparison:
+@dataclass(frozen=True, repr=False)
+class Comparison(TableView):
     """Measurements side by side (immutable). ``to_dataframe()`` gives the numbers unformatted.
 
     Columns: median time, IQR as % of the median, items/s, speedup vs ``baseline``, peak memory,
@@ -147,14 +147,6 @@ class Comparison:
         if any(m.noisy for m in ms):
             notes.append("* noisy: IQR above 10% of the median - re-run before trusting small differences")
         return header, rows, "; ".join(notes)
-
-    def __repr__(self) -> str:
-        header, rows, footer = self._columns()
-        return f"{self.title}\n{text_table(header, rows)}\n{footer}"
-
-    def _repr_html_(self) -> str:
-        header, rows, footer = self._columns()
-        return html_table(header, rows, caption=self.title, footer=footer)
 
     def plot(self, metric: str = "speedup", ax: Any = None) -> Any:
         """Bar chart of ``"speedup"``, ``"items_per_s"``, ``"median_s"`` or ``"fraction_of_peak_flops"``;

@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator
 from ._format import fmt_bytes, fmt_flops, fmt_number, fmt_rate, fmt_seconds, html_table
 
 __all__ = ["Env", "environment", "Measurement", "NoisyMeasurementWarning", "benchmark", "synchronize",
-           "timer", "Stopwatch"]
+           "timer", "Stopwatch", "repeat_for"]
 
 NOISE_THRESHOLD = 0.10  # IQR / median above this flags a measurement as noisy
 
@@ -68,6 +68,8 @@ def synchronize(device: Any = None) -> None:
 def _infer_device(args: tuple, kwargs: dict) -> str:
     """The device of the first tensor (or module parameter) among the arguments; ``"cpu"`` otherwise."""
     for a in (*args, *kwargs.values()):
+        if type(a).__name__ == "device" and hasattr(a, "type"):   # a torch.device passed as an argument
+            return str(a)
         dev = getattr(a, "device", None)
         if dev is not None and hasattr(dev, "type"):
             return str(dev)
@@ -428,3 +430,26 @@ def timer(label: str = "elapsed", device: Any = None) -> Iterator[Stopwatch]:
     finally:
         synchronize(device)
         sw.elapsed_s = time.perf_counter() - t0
+
+
+def repeat_for(seconds: float, fn: Callable[[], Any], device: Any = None) -> int:
+    """Call ``fn()`` again and again for about ``seconds`` (synchronising ``device`` after each call, so
+    queued GPU work counts) and return how many calls ran - a steady workload to watch with a Monitor.
+
+    Example:
+        >>> repeat_for(0.01, lambda: sum(range(100))) >= 1
+        True
+    """
+    from ._check import positive
+
+    positive("seconds", seconds, unit="seconds")
+    if not callable(fn):
+        raise TypeError(f"fn must be a callable taking no arguments, got {type(fn).__name__}")
+    calls, end = 0, time.monotonic() + seconds
+    while True:
+        fn()
+        if device is not None:
+            synchronize(device)
+        calls += 1
+        if time.monotonic() >= end:
+            return calls

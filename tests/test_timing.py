@@ -148,3 +148,12 @@ def test_timer_context_manager(monkeypatch):
 def test_synchronize_rejects_unknown_device():
     with pytest.raises(ValueError, match="unknown device"):
         gl.synchronize("tpu")
+
+
+def test_device_inferred_from_a_torch_device_argument():
+    import torch
+    from gpulab.timing import _infer_device
+
+    assert _infer_device((torch.device("cpu"),), {}) == "cpu"
+    assert _infer_device((), {"device": torch.device("cuda", 1)}) == "cuda:1"
+    assert _infer_device((3, "x"), {}) == "cpu"

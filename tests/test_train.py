@@ -73,3 +73,17 @@ def test_config_validation():
         gl.TrainConfig(accumulation_steps=0)
     with pytest.raises(ValueError, match="steps"):
         gl.train(gl.models.mlp(), torch.optim.SGD(gl.models.mlp().parameters(), lr=0.1), lambda s: None, steps=0)
+
+
+def test_train_accepts_an_iterable_and_says_when_it_runs_out():
+    import torch
+    import gpulab as gl
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    batches = [(torch.randn(8, 4), torch.randint(0, 2, (8,))) for _ in range(3)]
+    result = gl.train(model, opt, batches, steps=3, config=gl.TrainConfig(progress=False))
+    assert len(result.losses) == 3
+    with pytest.raises(ValueError, match="ran out after 3 of 5 steps"):
+        gl.train(model, opt, iter(batches), steps=5, config=gl.TrainConfig(progress=False))

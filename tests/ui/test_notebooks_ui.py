@@ -41,7 +41,7 @@ def test_notebook_runs_in_jupyterlab(name: str, run_ui: RunUI, page: Any) -> Non
     assert result.ok, result.summary()
     assert result.screenshot is not None and result.screenshot.is_file()
     for index in live_figure_cells(name):
-        assert_live_figure_updates(page, cell_index=index, min_updates=5)
+        assert_live_figure_updates(page, cell_index=index, min_updates=3)
 
 
 def test_broken_notebook_is_reported_as_failing(run_ui: RunUI) -> None:
