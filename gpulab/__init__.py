@@ -9,6 +9,14 @@ Example:
     '0.1.0'
 """
 from . import models
+from . import distributed
+from .distributed import (DistributedError, LaunchResult, LaunchTimeout, RankFailure, Scaling, allreduce_seconds,
+                          default_backend, launch, mirrored_strategy, scaling, shard_indices, torchrun_command)
+from .data import CorruptDataError, ImageSet, data_dir, real_images, synthetic_images
+from .loading import (BatchCheck, LoaderComparison, LoaderRun, check_batches, compare_loaders, measure_loader,
+                      measure_loaders)
+from .pipelines import (CachedLoader, DaliLoader, DaliPlan, cached_loader, dali_available, dali_loader, dali_plan,
+                        dali_tf_available, dali_tf_dataset, tf_dataset, torch_loader)
 from .batching import BatchRun, BatchSweep, batch_sweep, scale_lr, train_at_batch_size, warmup_factor
 from .interleaved import Contention, benchmark_interleaved, cpu_contention
 from .limits import MachineLimits, machine_limits, measure_bandwidth, measure_matmul
@@ -16,6 +24,13 @@ from .memory import (GiB, KiB, MiB, BatchSizeSearch, MemoryBreakdown, MemoryEsti
                      find_max_batch_size, free_memory, is_oom, memory_budget, peak_memory)
 from .notebook import Check, Session, by_device, check, setup
 from .plots import plot_amdahl, plot_roofline
+from .cuda_memory import (CudaMemoryState, MemoryReconciliation, MemorySnapshot, capture_memory_history,
+                          cuda_memory_state, nvml_processes, reconcile_memory)
+from .errors import ErrorExplanation, explain_error
+from .leaks import GraphHolder, MemoryGrowth, Recovery, graph_holders, memory_growth, recover_memory
+from .oom import Card, FixLadder, OOMMessage, OOMReport, explain_oom, parse_oom_message, smaller_card, try_fixes
+from .profiling import (NsightCommands, ProfileComparison, ProfileSummary, TFProfile, compare_profiles,
+                        nsight_commands, nvtx_capture, phase, profile, tf_profile)
 from .accumulation import GradientCheck, checkpointed, compare_gradients, micro_batch_gradients
 from .precision import (PrecisionChoice, UnderflowReport, choose_precision, float_formats, gradient_underflow, keras_cnn,
                         keras_step_times, matmul_sweep)
@@ -62,6 +77,23 @@ __all__ = [
     "choose_precision", "PrecisionChoice", "float_formats", "gradient_underflow", "UnderflowReport", "keras_cnn",
     "keras_step_times", "matmul_sweep", "micro_batch_gradients", "compare_gradients", "GradientCheck", "checkpointed",
     "train_interleaved", "compare_runs", "RunComparison", "pattern_batch",
+    # input pipelines (lesson 06)
+    "synthetic_images", "real_images", "ImageSet", "CorruptDataError", "data_dir", "torch_loader", "cached_loader",
+    "CachedLoader", "tf_dataset", "dali_loader", "DaliLoader", "dali_plan", "DaliPlan", "dali_tf_dataset",
+    "dali_available", "dali_tf_available", "measure_loader", "measure_loaders", "LoaderRun", "compare_loaders",
+    "LoaderComparison", "check_batches", "BatchCheck",
+    # out-of-memory and troubleshooting (lesson 09)
+    "explain_oom", "OOMReport", "parse_oom_message", "OOMMessage", "smaller_card", "Card", "try_fixes", "FixLadder",
+    "memory_growth",
+    "MemoryGrowth", "graph_holders", "GraphHolder", "recover_memory", "Recovery", "reconcile_memory",
+    "MemoryReconciliation", "cuda_memory_state", "CudaMemoryState", "nvml_processes", "capture_memory_history",
+    "MemorySnapshot", "explain_error", "ErrorExplanation",
+    # profiling (lesson 08)
+    "profile", "ProfileSummary", "phase", "compare_profiles", "ProfileComparison", "nsight_commands",
+    "NsightCommands", "nvtx_capture", "tf_profile", "TFProfile",
+    # multi-GPU (lesson 07)
+    "distributed", "launch", "LaunchResult", "DistributedError", "LaunchTimeout", "RankFailure", "torchrun_command",
+    "default_backend", "allreduce_seconds", "scaling", "Scaling", "mirrored_strategy", "shard_indices",
     # notebooks
     "setup", "by_device", "Session", "check", "Check", "plot_roofline", "plot_amdahl",
 ]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Sequence
 
-__all__ = ["whole", "positive", "flag", "per_label"]
+__all__ = ["whole", "positive", "flag", "per_label", "table_rows"]
 
 
 def whole(name: str, value: Any, low: int = 1) -> int:
@@ -61,3 +61,29 @@ def per_label(name: str, value: Any, labels: Sequence[str], *, allow_zero: bool 
     else:
         raw = {k: value for k in labels}
     return {k: None if v is None else positive(f"{name} for {k!r}", v, allow_zero=allow_zero) for k, v in raw.items()}
+
+
+def table_rows(rows: Sequence[Any], kind: type, maker: str, baseline: str,
+               published: Mapping[str, Any] | None = None) -> list[str]:
+    """The labels of a comparison table's rows, checked: every row a ``kind`` (made by ``maker``), labels
+    unique, ``baseline`` among them, published figures only for known labels.
+
+    >>> from types import SimpleNamespace as Row
+    >>> table_rows([Row(label="a"), Row(label="b")], Row, "Row(label=...)", baseline="a")
+    ['a', 'b']
+    """
+    if not rows:
+        raise ValueError(f"a comparison needs at least one {kind.__name__} (from {maker})")
+    bad = [type(r).__name__ for r in rows if not isinstance(r, kind)]
+    if bad:
+        raise TypeError(f"a comparison takes {kind.__name__}s (from {maker}), got {', '.join(bad)}")
+    labels = [r.label for r in rows]
+    dupes = sorted({x for x in labels if labels.count(x) > 1})
+    if dupes:
+        raise ValueError(f"labels must be unique, repeated: {dupes}; pass label=... to {maker}")
+    if baseline not in labels:
+        raise ValueError(f"unknown baseline {baseline!r}: choose one of {labels}")
+    unknown = [k for k in (published or {}) if k not in labels]
+    if unknown:
+        raise ValueError(f"published figures given for unknown label(s) {unknown}; labels are {labels}")
+    return labels

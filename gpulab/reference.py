@@ -194,6 +194,50 @@ PUBLISHED: dict[str, Published] = {p.key: p for p in (
               "Hugging Face Transformers docs, 'Efficient Training on a Single GPU' (v4.21)",
               "https://huggingface.co/docs/transformers/v4.21.0/perf_train_gpu_one", "2022",
               "10.09 / 8.86 samples/s (throughput ratio); memory 7275 / 14949 MB = 0.49x."),
+    # input pipelines (lesson 06)
+    Published("dali-streampetr-2gpu", "Replacing a PyTorch Dataset + DataLoader by a DALI pipeline for StreamPETR "
+              "training on NuScenes mini (1024x372 images, batch 8 per GPU): 935 -> 829 ms per batch on 2 GPUs, "
+              "while the CPU usage fell from 3.3% to 1.5%.", 1.13, 1.13, "x",
+              "2 of 8 NVIDIA A100-SXM4-80GB, 2x AMD EPYC 7742 (128 cores)",
+              "NVIDIA ACCV-Lab, DALI Pipeline Framework evaluation",
+              "https://nvidia.github.io/ACCV-Lab/_sources/contained_package_docs_mirror/dali_pipeline_framework/"
+              "docs/evaluation.rst.txt", "2026-11",
+              "935 / 829 ms per batch after warm-up; CPU usage saving 55%. Date: when checked."),
+    Published("dali-streampetr-8gpu", "The same DALI pipeline on 8 GPUs: 1,110 -> 868 ms per batch, CPU usage 12.3% "
+              "-> 5.4%: the more GPUs share the host's CPUs, the more moving the preprocessing off them pays.",
+              1.28, 1.28, "x", "8x NVIDIA A100-SXM4-80GB, 2x AMD EPYC 7742 (128 cores)",
+              "NVIDIA ACCV-Lab, DALI Pipeline Framework evaluation",
+              "https://nvidia.github.io/ACCV-Lab/_sources/contained_package_docs_mirror/dali_pipeline_framework/"
+              "docs/evaluation.rst.txt", "2026-11",
+              "1110 / 868 ms per batch after warm-up; CPU usage saving 56%. Date: when checked."),
+    # multi-GPU scaling (lesson 07)
+    Published("ddp-resnet50-dgxa100-tf32", "ResNet-50 v1.5 training with PyTorch DDP, 1 -> 8 GPUs at the same batch "
+              "per GPU: 938 -> 7,248 img/s in TF32 ('strong scaling' 7.72x).", 7.72, 7.72, "x",
+              "8x NVIDIA A100 80GB (DGX A100, NVLink), TF32, PyTorch 21.03 NGC container",
+              "NVIDIA DeepLearningExamples, ResNet-50 v1.5 for PyTorch, training performance",
+              "https://github.com/NVIDIA/DeepLearningExamples/tree/master/PyTorch/Classification/ConvNets/resnet50v1.5",
+              "2021", "7248 / 938 img/s on 8 GPUs: 96.5% scaling efficiency."),
+    Published("ddp-resnet50-dgxa100-amp", "The same run in mixed precision: 2,470 -> 16,621 img/s, 6.72x on 8 GPUs. "
+              "Faster GPUs leave less compute to hide the all-reduce behind, so scaling efficiency falls.",
+              6.72, 6.72, "x", "8x NVIDIA A100 80GB (DGX A100, NVLink), mixed precision, PyTorch 21.03 NGC container",
+              "NVIDIA DeepLearningExamples, ResNet-50 v1.5 for PyTorch, training performance",
+              "https://github.com/NVIDIA/DeepLearningExamples/tree/master/PyTorch/Classification/ConvNets/resnet50v1.5",
+              "2021", "16621 / 2470 img/s on 8 GPUs: 84% scaling efficiency."),
+    Published("ddp-resnet50-dgx1-v100-fp32", "ResNet-50 v1.5 training with PyTorch DDP, 1 -> 8 V100 16GB in FP32: "
+              "367 -> 2,855 img/s (7.76x).", 7.76, 7.76, "x",
+              "8x NVIDIA V100 16GB (DGX-1, NVLink), FP32, PyTorch 21.03 NGC container",
+              "NVIDIA DeepLearningExamples, ResNet-50 v1.5 for PyTorch, training performance",
+              "https://github.com/NVIDIA/DeepLearningExamples/tree/master/PyTorch/Classification/ConvNets/resnet50v1.5",
+              "2021", "2855 / 367 img/s on 8 GPUs: 97% scaling efficiency."),
+    Published("goyal-scaling-efficiency", "Data-parallel ResNet-50 training on commodity hardware achieves ~90% "
+              "scaling efficiency when moving from 8 to 256 GPUs.", 90, 90, "% scaling efficiency",
+              "256 NVIDIA Tesla P100 GPUs",
+              "Goyal et al., 'Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour'",
+              "https://arxiv.org/abs/1706.02677", "2017-06", "From the abstract; efficiency relative to 8 GPUs."),
+    Published("nvlink-a100", "One A100 supports up to 12 third-generation NVLink connections: 600 GB/s in total "
+              "(both directions together, ~300 GB/s each way), 10 times the bandwidth of PCIe Gen4.", 600, 600,
+              " GB/s", "NVIDIA A100 (SXM, NVLink 3)", "NVIDIA NVLink product page",
+              "https://www.nvidia.com/de-de/data-center/nvlink/", "2026-11", "Date: when checked."),
 )}
 
 

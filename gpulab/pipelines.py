@@ -1,0 +1,500 @@
+"""Input pipelines over one :class:`~gpulab.data.ImageSet`, built the same way in PyTorch, TensorFlow and DALI.
+
+Every builder reads the same JPEG files and applies the same recipe, so their outputs compare:
+decode -> (training) random resized crop to ``crop`` x ``crop`` (area 25-100%, aspect 3/4-4/3) and a random
+horizontal flip, or (evaluation, ``augment=False``) a resize to ``crop`` -> float32 scaled to [0, 1] and
+normalised with :data:`gpulab.data.MEAN` / :data:`~gpulab.data.STD`. PyTorch and DALI give ``(N, C, H, W)``
+float32 images and int64 labels; TensorFlow gives ``(N, H, W, C)`` unless ``layout="NCHW"``.
+
+- :func:`torch_loader`: torchvision ``ImageFolder`` + ``DataLoader`` (workers, pinning, prefetching).
+- :func:`cached_loader`: decode once (offline preprocessing), then batched augmentation on tensors, on the
+  device the batches go to.
+- :func:`tf_dataset`: ``tf.data`` with ``map(num_parallel_calls=AUTOTUNE)``, ``prefetch``, ``cache``, ``interleave``.
+- :func:`dali_loader`: NVIDIA DALI, ``fn.readers.file`` -> ``fn.decoders.image`` -> ``fn.random_resized_crop``
+  -> ``fn.crop_mirror_normalize``; on a CUDA GPU the decoder is ``"mixed"`` (nvJPEG) and the augmentation runs
+  on the GPU; elsewhere the whole pipeline runs on the CPU (``device_id=None``). :func:`dali_plan` says which.
+- :func:`dali_tf_dataset`: the same DALI pipeline as a ``tf.data.Dataset`` (needs DALI's TensorFlow plugin).
+
+Example:
+    >>> import tempfile, gpulab as gl
+    >>> images = gl.synthetic_images(tempfile.mkdtemp() + "/s", n=16, classes=4, size=32)
+    >>> x, y = next(iter(gl.torch_loader(images, batch_size=8, crop=24)))
+    >>> tuple(x.shape), str(x.dtype), str(y.dtype)
+    ((8, 3, 24, 24), 'torch.float32', 'torch.int64')
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterator, Literal
+
+from ._check import flag, whole
+from .data import MEAN, STD, ImageSet
+
+__all__ = ["torch_loader", "cached_loader", "CachedLoader", "tf_dataset", "dali_plan", "DaliPlan", "dali_loader",
+           "DaliLoader", "dali_tf_dataset", "dali_available", "dali_tf_available", "AREA", "ASPECT"]
+
+AREA = (0.25, 1.0)            # random resized crop: share of the image's area kept
+ASPECT = (3 / 4, 4 / 3)       # ... and the crop's aspect ratio (torchvision's default)
+
+
+def _check_set(images: Any) -> ImageSet:
+    if not isinstance(images, ImageSet):
+        raise TypeError(f"images must be a gpulab ImageSet (from gl.synthetic_images or gl.real_images), "
+                        f"got {type(images).__name__}")
+    return images
+
+
+def _crop(images: ImageSet, crop: Any) -> int:
+    return images.size if crop is None else whole("crop", crop, low=1)
+
+
+def _norm(channels: int) -> tuple[list[float], list[float]]:
+    mean, std = (list(MEAN), list(STD)) if channels == 3 else ([sum(MEAN) / 3], [sum(STD) / 3])
+    return mean, std
+
+
+# ----------------------------------------------------------------------------------------------
+# PyTorch: torchvision ImageFolder + DataLoader
+def _torch_transform(images: ImageSet, crop: int, augment: bool) -> Any:
+    from torchvision import transforms as T
+
+    mean, std = _norm(images.channels)
+    steps: list[Any] = [T.Grayscale()] if images.channels == 1 else []
+    if augment:
+        steps += [T.RandomResizedCrop(crop, scale=AREA, ratio=ASPECT, antialias=True), T.RandomHorizontalFlip()]
+    elif crop != images.size:
+        steps.append(T.Resize((crop, crop), antialias=True))
+    return T.Compose(steps + [T.ToTensor(), T.Normalize(mean, std)])
+
+
+def torch_loader(images: ImageSet, batch_size: int = 64, *, crop: int | None = None, augment: bool = True,
+                 num_workers: int = 0, pin_memory: bool = False, persistent_workers: bool = False,
+                 prefetch_factor: int | None = None, shuffle: bool = True, drop_last: bool = False,
+                 seed: int = 0) -> Any:
+    """A ``torch.utils.data.DataLoader`` over ``torchvision.datasets.ImageFolder(images.root)``.
+
+    Decoding (PIL) and augmentation run per image in the loading process(es): with ``num_workers=0`` in the
+    training process itself, between steps; with ``num_workers=k`` in k worker processes that fill a queue of
+    ``prefetch_factor`` batches each while the training step runs. ``persistent_workers`` keeps the workers
+    between epochs (no restart cost per epoch). ``pin_memory`` copies each batch into page-locked memory so a
+    later ``.to("cuda", non_blocking=True)`` is a fast asynchronous copy; it only applies with a CUDA GPU
+    (elsewhere there is nothing to pin for and it is left off).
+
+    Example:
+        >>> import tempfile, gpulab as gl
+        >>> s = gl.synthetic_images(tempfile.mkdtemp() + "/s", n=8, classes=2, size=16)
+        >>> len(gl.torch_loader(s, batch_size=4))
+        2
+    """
+    import torch
+    from torchvision.datasets import ImageFolder
+
+    _check_set(images)
+    whole("batch_size", batch_size)
+    crop = _crop(images, crop)
+    whole("num_workers", num_workers, low=0)
+    for name, value in (("augment", augment), ("pin_memory", pin_memory), ("persistent_workers", persistent_workers),
+                        ("shuffle", shuffle), ("drop_last", drop_last)):
+        flag(name, value)
+    if num_workers == 0 and (persistent_workers or prefetch_factor is not None):
+        raise ValueError("persistent_workers and prefetch_factor need worker processes: pass num_workers >= 1")
+    if prefetch_factor is not None:
+        whole("prefetch_factor", prefetch_factor)
+    dataset = ImageFolder(str(images.root), transform=_torch_transform(images, crop, augment))
+    expected = {c: i for i, c in enumerate(images.classes)}
+    if dataset.class_to_idx != expected:  # pragma: no cover - both sort folder names
+        raise RuntimeError(f"ImageFolder's label mapping {dataset.class_to_idx} differs from the set's {expected}")
+    extra: dict[str, Any] = {}
+    if num_workers:
+        extra.update(persistent_workers=persistent_workers, prefetch_factor=prefetch_factor)
+    return torch.utils.data.DataLoader(
+        dataset, batch_size=batch_size, shuffle=shuffle, drop_last=drop_last, num_workers=num_workers,
+        pin_memory=pin_memory and torch.cuda.is_available(), generator=torch.Generator().manual_seed(seed), **extra)
+
+
+# ----------------------------------------------------------------------------------------------
+# Decode once, augment batches on tensors
+class CachedLoader:
+    """Batches from images decoded once into one uint8 tensor on ``device`` (see :func:`cached_loader`).
+
+    Iterating gives an epoch of ``(images, labels)``; augmentation is a random resized crop and flip per
+    image, done for the whole batch at once with ``affine_grid`` / ``grid_sample`` (on the GPU when the
+    cache lives there). ``prepare_s`` is what the one-off decoding cost.
+    """
+
+    def __init__(self, pixels: Any, labels: Any, batch_size: int, crop: int, augment: bool, shuffle: bool,
+                 drop_last: bool, seed: int, prepare_s: float) -> None:
+        import torch
+
+        self.pixels, self.labels = pixels, labels
+        self.batch_size, self.crop, self.augment, self.shuffle, self.drop_last = (batch_size, crop, augment, shuffle,
+                                                                                  drop_last)
+        self.prepare_s = prepare_s
+        self._gen = torch.Generator(device=pixels.device).manual_seed(seed)
+        mean, std = _norm(pixels.shape[1])
+        self._mean = torch.tensor(mean, device=pixels.device).view(1, -1, 1, 1)
+        self._std = torch.tensor(std, device=pixels.device).view(1, -1, 1, 1)
+
+    @property
+    def nbytes(self) -> int:
+        return self.pixels.numel() * self.pixels.element_size()
+
+    def __len__(self) -> int:
+        n = self.pixels.shape[0]
+        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+
+    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+        import torch
+
+        n = self.pixels.shape[0]
+        dev = self.pixels.device
+        order = torch.randperm(n, generator=self._gen, device=dev) if self.shuffle else torch.arange(n, device=dev)
+        for i in range(len(self)):
+            idx = order[i * self.batch_size:(i + 1) * self.batch_size]
+            x = self.pixels[idx].float().div_(255)
+            x = self._random_resized_crop(x) if self.augment else self._resize(x)
+            yield (x - self._mean) / self._std, self.labels[idx]
+
+    def _resize(self, x: Any) -> Any:
+        import torch.nn.functional as F
+
+        if x.shape[-1] == self.crop:
+            return x
+        return F.interpolate(x, size=(self.crop, self.crop), mode="bilinear", antialias=True, align_corners=False)
+
+    def _random_resized_crop(self, x: Any) -> Any:
+        """Per image: a crop of AREA share of the image with aspect in ASPECT, resized to crop x crop,
+        flipped with probability 1/2 - one affine grid per image, sampled for the batch at once."""
+        import torch
+        import torch.nn.functional as F
+
+        n, dev, g = x.shape[0], x.device, self._gen
+        area = torch.empty(n, device=dev).uniform_(*AREA, generator=g)
+        log_ratio = torch.empty(n, device=dev).uniform_(math.log(ASPECT[0]), math.log(ASPECT[1]), generator=g)
+        w = torch.sqrt(area * log_ratio.exp()).clamp(max=1.0)        # width and height as shares of the image
+        h = torch.sqrt(area / log_ratio.exp()).clamp(max=1.0)
+        cx = (torch.rand(n, device=dev, generator=g) * 2 - 1) * (1 - w)   # centre, in [-1, 1] coordinates
+        cy = (torch.rand(n, device=dev, generator=g) * 2 - 1) * (1 - h)
+        flip = torch.where(torch.rand(n, device=dev, generator=g) < 0.5, -1.0, 1.0)
+        theta = torch.zeros(n, 2, 3, device=dev)
+        theta[:, 0, 0], theta[:, 0, 2], theta[:, 1, 1], theta[:, 1, 2] = w * flip, cx, h, cy
+        grid = F.affine_grid(theta, [n, x.shape[1], self.crop, self.crop], align_corners=False)
+        return F.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False)
+
+    def __repr__(self) -> str:
+        return (f"CachedLoader({self.pixels.shape[0]} images decoded once in {self.prepare_s:.2f} s, "
+                f"{self.nbytes / 2**20:.1f} MiB on {self.pixels.device}, batch {self.batch_size}, crop {self.crop}, "
+                f"augment={self.augment})")
+
+
+def cached_loader(images: ImageSet, batch_size: int = 64, *, crop: int | None = None, augment: bool = True,
+                  device: Any = None, shuffle: bool = True, drop_last: bool = False, seed: int = 0) -> CachedLoader:
+    """Decode every image once (offline preprocessing) into a uint8 tensor on ``device`` (default: the
+    course device), then serve batches with on-the-fly augmentation done on whole batches.
+
+    The trade: decoding is paid once instead of every epoch, and augmentation becomes a few batched tensor
+    operations (GPU-friendly), at the price of holding the decoded set in memory - ``N x C x H x W`` bytes,
+    which is why this works for CIFAR-sized sets and not for ImageNet in GPU memory.
+
+    Example:
+        >>> import tempfile, gpulab as gl
+        >>> s = gl.synthetic_images(tempfile.mkdtemp() + "/s", n=8, classes=2, size=16)
+        >>> x, y = next(iter(gl.cached_loader(s, batch_size=8, crop=12, device="cpu")))
+        >>> tuple(x.shape), y.tolist() == sorted(y.tolist())
+        ((8, 3, 12, 12), False)
+    """
+    import time
+
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    _check_set(images)
+    whole("batch_size", batch_size)
+    crop = _crop(images, crop)
+    for name, value in (("augment", augment), ("shuffle", shuffle), ("drop_last", drop_last)):
+        flag(name, value)
+    if device is None:
+        from .system import device as best_device
+
+        device = best_device()
+    t0 = time.perf_counter()
+    mode = "RGB" if images.channels == 3 else "L"
+    arrays = [np.asarray(Image.open(p).convert(mode)) for p in images.paths()]
+    stacked = np.stack(arrays).reshape(len(arrays), images.size, images.size, images.channels)
+    pixels = torch.from_numpy(stacked).permute(0, 3, 1, 2).contiguous().to(device)
+    if not augment and crop != images.size:   # fully preprocessed: resize once, keep uint8
+        import torch.nn.functional as F
+
+        resized = F.interpolate(pixels.float(), size=(crop, crop), mode="bilinear", antialias=True, align_corners=False)
+        pixels = resized.round_().clamp_(0, 255).to(torch.uint8)
+    labels = torch.tensor(images.labels, dtype=torch.int64, device=device)
+    prepare_s = time.perf_counter() - t0
+    return CachedLoader(pixels, labels, batch_size, crop, augment, shuffle, drop_last, seed, prepare_s)
+
+
+# ----------------------------------------------------------------------------------------------
+# TensorFlow: tf.data
+def tf_dataset(images: ImageSet, batch_size: int = 64, *, crop: int | None = None, augment: bool = True,
+               parallel: bool = True, prefetch: bool = True, cache: bool = False, interleave: bool = False,
+               shuffle: bool = True, seed: int = 0, layout: Literal["NHWC", "NCHW"] = "NHWC") -> Any:
+    """A ``tf.data.Dataset`` of ``(images, labels)`` batches from the JPEG files.
+
+    parallel: ``map(..., num_parallel_calls=tf.data.AUTOTUNE)`` - decode and augment several images at once
+        on TensorFlow's thread pool (off: one image at a time).
+    prefetch: ``prefetch(AUTOTUNE)`` - prepare the next batches while the model trains on this one.
+    cache: keep the *decoded* images in memory after the first epoch (augmentation still runs every epoch).
+    interleave: read the files through ``interleave`` over 8 shards of the file list, several shards at once
+        - what sharded formats (TFRecord) need on network storage; with local files it mostly adds overhead.
+
+    Example:
+        >>> import tempfile, gpulab as gl
+        >>> s = gl.synthetic_images(tempfile.mkdtemp() + "/s", n=8, classes=2, size=16)
+        >>> x, y = next(iter(gl.tf_dataset(s, batch_size=4)))
+        >>> tuple(x.shape), y.dtype.name
+        ((4, 16, 16, 3), 'int64')
+    """
+    import tensorflow as tf
+
+    _check_set(images)
+    whole("batch_size", batch_size)
+    crop = _crop(images, crop)
+    for name, value in (("augment", augment), ("parallel", parallel), ("prefetch", prefetch), ("cache", cache),
+                        ("interleave", interleave), ("shuffle", shuffle)):
+        flag(name, value)
+    if layout not in ("NHWC", "NCHW"):
+        raise ValueError(f"layout must be 'NHWC' (TensorFlow's) or 'NCHW' (PyTorch's), got {layout!r}")
+    calls = tf.data.AUTOTUNE if parallel else None
+    channels = images.channels
+    mean, std = _norm(channels)
+    mean_t, std_t = tf.constant(mean, tf.float32), tf.constant(std, tf.float32)
+    paths = tf.constant([str(p) for p in images.paths()])
+    labels = tf.constant(images.labels, tf.int64)
+
+    def decode(path: Any, label: Any) -> Any:
+        image = tf.io.decode_jpeg(tf.io.read_file(path), channels=channels, dct_method="INTEGER_ACCURATE")
+        return tf.ensure_shape(image, [images.size, images.size, channels]), label
+
+    def transform(image: Any, label: Any) -> Any:
+        x = tf.cast(image, tf.float32) / 255.0
+        if augment:
+            begin, size, _ = tf.image.sample_distorted_bounding_box(
+                tf.shape(image), bounding_boxes=tf.zeros([1, 0, 4]), min_object_covered=0.0,
+                aspect_ratio_range=ASPECT, area_range=AREA, max_attempts=10, use_image_if_no_bounding_boxes=True)
+            x = tf.image.resize(tf.slice(x, begin, size), [crop, crop], antialias=True)
+            x = tf.image.random_flip_left_right(x)
+        elif crop != images.size:
+            x = tf.image.resize(x, [crop, crop], antialias=True)
+        return (x - mean_t) / std_t, label
+
+    if interleave:
+        shards = min(8, images.n)
+        files = tf.data.Dataset.from_tensor_slices((paths, labels))
+        ds = tf.data.Dataset.range(shards).interleave(lambda i: files.shard(shards, i), cycle_length=shards,
+                                                      num_parallel_calls=calls, deterministic=not shuffle)
+    else:
+        ds = tf.data.Dataset.from_tensor_slices((paths, labels))
+    if cache:   # decode once, keep decoded images; shuffle after the cache so every epoch has a new order
+        ds = ds.map(decode, num_parallel_calls=calls).cache()
+        ds = ds.shuffle(images.n, seed=seed, reshuffle_each_iteration=True) if shuffle else ds
+    else:       # shuffle the (cheap) file names, then decode
+        ds = ds.shuffle(images.n, seed=seed, reshuffle_each_iteration=True) if shuffle else ds
+        ds = ds.map(decode, num_parallel_calls=calls)
+    ds = ds.map(transform, num_parallel_calls=calls).batch(batch_size)
+    if layout == "NCHW":
+        ds = ds.map(lambda x, y: (tf.transpose(x, [0, 3, 1, 2]), y))
+    return ds.prefetch(tf.data.AUTOTUNE) if prefetch else ds
+
+
+# ----------------------------------------------------------------------------------------------
+# NVIDIA DALI
+@dataclass(frozen=True)
+class DaliPlan:
+    """Where each stage of a DALI pipeline runs: ``decoder`` ("cpu" = libjpeg-turbo on CPU threads, or
+    "mixed" = nvJPEG: Huffman decoding on the CPU, the rest on the GPU, using the A100/H100 hardware JPEG
+    decoder when present), ``ops`` for augmentation ("cpu" or "gpu"), and the pipeline's ``device_id``
+    (``None``: a CPU-only pipeline that needs no GPU at all)."""
+
+    device_id: int | None
+    decoder: Literal["cpu", "mixed"]
+    ops: Literal["cpu", "gpu"]
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.device_id is not None
+
+    def __str__(self) -> str:
+        if self.on_gpu:
+            return f"DALI on GPU {self.device_id}: decoder 'mixed' (nvJPEG), augmentation on the GPU"
+        return "DALI on the CPU only (device_id=None): decoder 'cpu' (libjpeg-turbo), augmentation on CPU threads"
+
+
+def dali_plan(device: Any = None) -> DaliPlan:
+    """The :class:`DaliPlan` for ``device`` ("cuda", "cuda:1", "cpu"; default: the course device).
+
+    Example:
+        >>> dali_plan("cpu").decoder, dali_plan("cuda:1").device_id
+        ('cpu', 1)
+    """
+    if device is None:
+        from .system import device_kind
+
+        device = device_kind()
+    kind, _, index = str(device).partition(":")
+    if kind == "cuda":
+        explicit = None if isinstance(device, str) else getattr(device, "index", None)   # torch.device("cuda", 1)
+        return DaliPlan(int(explicit if explicit is not None else (index or 0)), "mixed", "gpu")
+    if kind not in ("cpu", "mps"):
+        raise ValueError(f"device must be 'cpu' or 'cuda[:index]', got {device!r}")
+    return DaliPlan(None, "cpu", "cpu")
+
+
+def _dali_graph(fn: Any, types: Any, plan: DaliPlan, images: ImageSet, crop: int, augment: bool, shuffle: bool,
+                seed: int) -> tuple[Any, Any]:
+    """The pipeline's operators, written against the ``fn`` and ``types`` modules passed in (tests pass
+    recording fakes with the same shape to check the GPU graph on a machine without a GPU)."""
+    jpegs, labels = fn.readers.file(file_root=str(images.root), random_shuffle=shuffle, seed=seed, name="Reader")
+    decoded = fn.decoders.image(jpegs, device=plan.decoder,
+                                output_type=types.RGB if images.channels == 3 else types.GRAY)
+    mean, std = _norm(images.channels)
+    mirror: Any = 0
+    if augment:
+        decoded = fn.random_resized_crop(decoded, device=plan.ops, size=[crop, crop], random_area=list(AREA),
+                                         random_aspect_ratio=list(ASPECT))
+        mirror = fn.random.coin_flip(probability=0.5)
+    elif crop != images.size:
+        decoded = fn.resize(decoded, device=plan.ops, resize_x=crop, resize_y=crop, antialias=True)
+    out = fn.crop_mirror_normalize(decoded, device=plan.ops, dtype=types.FLOAT, output_layout="CHW",
+                                   mean=[m * 255 for m in mean], std=[s * 255 for s in std], mirror=mirror)
+    if plan.on_gpu:
+        labels = labels.gpu()
+    return out, labels
+
+
+def _dali_pipeline(images: ImageSet, batch_size: int, crop: int, augment: bool, plan: DaliPlan, num_threads: int,
+                   shuffle: bool, seed: int, prefetch_queue_depth: int, build: bool = True) -> Any:
+    from nvidia.dali import fn, pipeline_def, types
+
+    @pipeline_def
+    def pipeline() -> Any:
+        return _dali_graph(fn, types, plan, images, crop, augment, shuffle, seed)
+
+    pipe = pipeline(batch_size=batch_size, num_threads=num_threads, device_id=plan.device_id, seed=seed,
+                    prefetch_queue_depth=prefetch_queue_depth)
+    if build:   # DALIDataset builds the pipeline itself
+        pipe.build()
+    return pipe
+
+
+def _threads(num_threads: Any) -> int:
+    if num_threads is None:
+        import os
+
+        return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+    return whole("num_threads", num_threads)
+
+
+class DaliLoader:
+    """A DALI pipeline with PyTorch's iterator (``DALIGenericIterator``): iterating gives one epoch of
+    ``(images, labels)`` torch tensors - on the GPU for a GPU plan, on the CPU otherwise. Iterate whole
+    epochs: DALI's iterator cannot restart an unfinished epoch."""
+
+    def __init__(self, images: ImageSet, batch_size: int, crop: int, augment: bool, plan: DaliPlan, num_threads: int,
+                 shuffle: bool, seed: int, prefetch_queue_depth: int) -> None:
+        from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
+
+        self.plan, self.batch_size, self.num_threads, self.n = plan, batch_size, num_threads, images.n
+        self.pipeline = _dali_pipeline(images, batch_size, crop, augment, plan, num_threads, shuffle, seed,
+                                       prefetch_queue_depth)
+        self._iterator = DALIGenericIterator(self.pipeline, ["images", "labels"], reader_name="Reader",
+                                             last_batch_policy=LastBatchPolicy.PARTIAL, auto_reset=True)
+
+    def __len__(self) -> int:
+        return math.ceil(self.n / self.batch_size)
+
+    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+        for out in self._iterator:
+            batch = out[0]
+            yield batch["images"], batch["labels"].reshape(-1).long()
+
+    def __repr__(self) -> str:
+        return f"DaliLoader({self.n} images, batch {self.batch_size}, {self.num_threads} threads; {self.plan})"
+
+
+def dali_available() -> bool:
+    """True when NVIDIA DALI (``nvidia.dali``) can be imported."""
+    import importlib.util
+
+    return importlib.util.find_spec("nvidia") is not None and importlib.util.find_spec("nvidia.dali") is not None
+
+
+def dali_tf_available() -> bool:
+    """True when DALI's TensorFlow plugin (package ``nvidia-dali-tf-plugin-*``, module
+    ``nvidia.dali_tf_plugin``) is installed. Checked without importing TensorFlow."""
+    import importlib.util
+
+    return dali_available() and importlib.util.find_spec("nvidia.dali_tf_plugin") is not None
+
+
+def dali_loader(images: ImageSet, batch_size: int = 64, *, crop: int | None = None, augment: bool = True,
+                device: Any = None, num_threads: int | None = None, shuffle: bool = True, seed: int = 0,
+                prefetch_queue_depth: int = 2) -> DaliLoader:
+    """A DALI pipeline over ``images.root`` feeding PyTorch (see :class:`DaliLoader` and :func:`dali_plan`).
+
+    ``num_threads`` CPU threads decode and augment (default: all cores of this process);
+    ``prefetch_queue_depth`` batches are prepared ahead. Labels come from ``fn.readers.file``, which numbers
+    the sorted class folders exactly as ImageFolder does.
+
+    Example:
+        >>> import tempfile, gpulab as gl
+        >>> s = gl.synthetic_images(tempfile.mkdtemp() + "/s", n=8, classes=2, size=16)
+        >>> x, y = next(iter(gl.dali_loader(s, batch_size=8, device="cpu")))
+        >>> tuple(x.shape), str(y.dtype)
+        ((8, 3, 16, 16), 'torch.int64')
+    """
+    _check_set(images)
+    whole("batch_size", batch_size)
+    crop = _crop(images, crop)
+    for name, value in (("augment", augment), ("shuffle", shuffle)):
+        flag(name, value)
+    whole("prefetch_queue_depth", prefetch_queue_depth)
+    if not dali_available():
+        raise ImportError("NVIDIA DALI is not installed: pip install nvidia-dali-cuda120 (Linux x86_64/aarch64)")
+    return DaliLoader(images, batch_size, crop, augment, dali_plan(device), _threads(num_threads), shuffle, seed,
+                      prefetch_queue_depth)
+
+
+def dali_tf_dataset(images: ImageSet, batch_size: int = 64, *, crop: int | None = None, augment: bool = True,
+                    device: Any = None, num_threads: int | None = None, shuffle: bool = True, seed: int = 0) -> Any:
+    """The DALI pipeline of :func:`dali_loader` as a ``tf.data.Dataset`` (``DALIDataset``) of NCHW float32
+    images and int32 labels, usable by ``keras.Model.fit``. Needs DALI's TensorFlow plugin, which gpulab's
+    pinned stack does not include: ``pip install nvidia-dali-tf-plugin-cuda120 --no-build-isolation`` after
+    TensorFlow.
+
+    Example:
+        >>> import gpulab as gl
+        >>> gl.dali_tf_available() in (True, False)
+        True
+    """
+    _check_set(images)
+    whole("batch_size", batch_size)
+    crop = _crop(images, crop)
+    if not dali_tf_available():
+        raise ImportError("DALI's TensorFlow plugin is not installed: pip install nvidia-dali-tf-plugin-cuda120 "
+                          "--no-build-isolation (after tensorflow; it builds against the installed TensorFlow)")
+    import tensorflow as tf
+    import nvidia.dali.plugin.tf as dali_tf
+
+    plan = dali_plan(device)
+    pipe = _dali_pipeline(images, batch_size, crop, augment, plan, _threads(num_threads), shuffle, seed, 2, build=False)
+    return _dali_dataset(dali_tf, tf, pipe, plan, batch_size, images.channels, crop)
+
+
+def _dali_dataset(dali_tf: Any, tf: Any, pipe: Any, plan: DaliPlan, batch_size: int, channels: int, crop: int) -> Any:
+    """``DALIDataset`` placed on the pipeline's device (split out so tests can pass a fake plugin)."""
+    where = f"/gpu:{plan.device_id}" if plan.on_gpu else "/cpu:0"
+    with tf.device(where):
+        return dali_tf.DALIDataset(pipeline=pipe, batch_size=batch_size,
+                                   output_shapes=((batch_size, channels, crop, crop), (batch_size, 1)),
+                                   output_dtypes=(tf.float32, tf.int32), device_id=plan.device_id)
