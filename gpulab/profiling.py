@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from ._check import flag, whole
+from ._check import flag, table_rows, whole
 from ._format import fmt_bytes, fmt_number, fmt_seconds, html_table, text_table
 
 __all__ = ["phase", "profile", "ProfileSummary", "OpStat", "DeviceCheck", "check_device_events",
@@ -560,11 +560,7 @@ class ProfileComparison:
     baseline: str
 
     def __post_init__(self) -> None:
-        labels = [s.label for s in self.summaries]
-        if len(set(labels)) != len(labels):
-            raise ValueError(f"profile labels must be unique, got {labels}: pass label=... to gl.profile")
-        if self.baseline not in labels:
-            raise ValueError(f"unknown baseline {self.baseline!r}: choose one of {labels}")
+        table_rows(self.summaries, ProfileSummary, "gl.profile", self.baseline)
 
     def summary(self, label: str) -> ProfileSummary:
         for s in self.summaries:

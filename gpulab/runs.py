@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from ._format import TableView, NA, fmt_bytes, fmt_number, fmt_rate, html_table, text_table
-from ._check import per_label
+from ._check import per_label, table_rows
 from .reference import Published, published as _published
 from .train import TrainConfig, TrainResult
 
@@ -323,24 +323,14 @@ def compare_runs(results: Mapping[str, TrainResult] | Iterable[TrainResult], bas
         (2.0, 0.5, 0.1)
     """
     rs = tuple(results.values()) if isinstance(results, Mapping) else tuple(results)
-    if not rs:
-        raise ValueError("compare_runs needs at least one TrainResult")
-    bad = [type(r).__name__ for r in rs if not isinstance(r, TrainResult)]
-    if bad:
-        raise TypeError(f"compare_runs takes gpulab TrainResults (from gl.train or gl.train_interleaved), got {bad}")
-    labels = [r.label for r in rs]
-    if len(set(labels)) != len(labels):
-        raise ValueError(f"run labels must be unique, got {labels}")
-    baseline = labels[0] if baseline is None else baseline
-    if baseline not in labels:
-        raise ValueError(f"unknown baseline {baseline!r}: choose one of {labels}")
+    if baseline is None and rs and isinstance(rs[0], TrainResult):
+        baseline = rs[0].label
+    labels = table_rows(rs, TrainResult, "gl.train or gl.train_interleaved", str(baseline), published)
     acc = _given("accuracy", accuracy, labels)
     if any(v > 1 for v in acc.values()):
         raise ValueError(f"accuracy must be a fraction in [0, 1], got {acc}")
     pubs = {}
     for k, v in (published or {}).items():
-        if k not in labels:
-            raise ValueError(f"published figure given for unknown run {k!r}; runs are {labels}")
         pubs[k] = v if isinstance(v, Published) else _published(v)
     return RunComparison(rs, baseline, title, _given("flops_per_step", flops_per_step, labels),
                          _given("peak_flops", peak_flops, labels), acc, pubs)

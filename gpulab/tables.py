@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from ._check import table_rows
 from ._format import TableView, NA, fmt_bytes, fmt_number, fmt_rate, html_table, text_table
 from .reference import Published, published
 from .timing import Measurement
@@ -50,20 +51,7 @@ class Comparison(TableView):
     published: Mapping[str, Published] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not self.measurements:
-            raise ValueError("compare needs at least one Measurement")
-        bad = [type(m).__name__ for m in self.measurements if not isinstance(m, Measurement)]
-        if bad:
-            raise TypeError(f"compare takes gpulab Measurements (from gl.benchmark), got {', '.join(bad)}")
-        labels = [m.label for m in self.measurements]
-        dupes = sorted({x for x in labels if labels.count(x) > 1})
-        if dupes:
-            raise ValueError(f"labels must be unique, repeated: {dupes}; pass label=... to gl.benchmark")
-        if self.baseline not in labels:
-            raise ValueError(f"unknown baseline {self.baseline!r}: choose one of {labels}")
-        unknown = [k for k in self.published if k not in labels]
-        if unknown:
-            raise ValueError(f"published figures given for unknown label(s) {unknown}; labels are {labels}")
+        table_rows(self.measurements, Measurement, "gl.benchmark", self.baseline, self.published)
         for name in ("peak_flops", "peak_bandwidth"):
             v = getattr(self, name)
             if v is not None and not (isinstance(v, (int, float)) and v > 0 and math.isfinite(v)):

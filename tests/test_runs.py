@@ -118,7 +118,7 @@ def test_compare_runs_table():
         gl.compare_runs(res, accuracy={"fp8": 0.1})
     with pytest.raises(ValueError, match="fraction"):
         gl.compare_runs(res, accuracy={"fp32": 50})
-    with pytest.raises(ValueError, match="unknown run"):
+    with pytest.raises(ValueError, match="unknown label"):
         gl.compare_runs(res, published={"fp8": "amp-pytorch"})
     with pytest.raises(TypeError):
         gl.compare_runs([1, 2])
