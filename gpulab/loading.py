@@ -427,10 +427,16 @@ class LoaderComparison(TableView):
             rows.append(row)
         notes = [f"{self.runs[0].cores} logical CPUs; data wait = share of the time the step waited for its batch; "
                  "CPU = this process and its loader workers"]
-        distinct = sorted({round(v) for v in self.limits.values() if v is not None})
-        if distinct:
+        by_limit: dict[int, list[str]] = {}
+        for label, v in self.limits.items():
+            if v is not None:
+                by_limit.setdefault(round(v), []).append(label)
+        if len(by_limit) == 1:
             notes.append("compute-only limit = the same step on batches already in memory: "
-                         + ", ".join(f"{fmt_number(v)} images/s" for v in distinct))
+                         f"{fmt_number(next(iter(by_limit)))} images/s")
+        elif by_limit:   # different steps (e.g. PyTorch and Keras): say which limit each row is measured against
+            notes.append("compute-only limit = the same step on batches already in memory: " + ", ".join(
+                f"{fmt_number(v)} images/s ({'; '.join(labels)})" for v, labels in sorted(by_limit.items())))
         busy = [r.label for r in self.runs if r.others_cpu_pct is not None and r.others_cpu_pct > 10]
         if busy:
             notes.append(f"other programs used >10% of the CPU during: {', '.join(busy)} (slower, noisier)")

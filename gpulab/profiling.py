@@ -41,9 +41,9 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from ._check import flag, table_rows, whole
+from ._check import flag, positive, table_rows, whole
 from ._format import fmt_bytes, fmt_number, fmt_seconds, html_table, text_table
 
 __all__ = ["phase", "profile", "ProfileSummary", "OpStat", "DeviceCheck", "check_device_events",
@@ -278,6 +278,41 @@ class ProfileSummary:
                                                           else o.self_device_memory_bytes / n)
             rows.append(r)
         return pd.DataFrame(rows).set_index("operator") if rows else pd.DataFrame()
+
+    def trace_ranges(self, step: int = 0) -> Any:
+        """The annotated ranges (``record_function``/:func:`phase`, DataLoader's own) of profiled step
+        ``step``, read from the trace file, as a DataFrame: name, start (ms into the step) and duration (ms).
+
+        The trace is parsed inside this call and dropped: a notebook variable holding a trace's hundreds of
+        thousands of events would slow down every later garbage collection, and with it what is measured next.
+
+        Example:
+            >>> import torch, gpulab as gl
+            >>> def step():
+            ...     with gl.phase("forward"):
+            ...         torch.ones(64, 64).sum()
+            >>> gl.profile(step, steps=2, warmup=1).trace_ranges().loc[0, "range"]
+            'ProfilerStep#1'
+        """
+        import json
+
+        import pandas as pd
+
+        whole("step", step, low=0)
+        if step >= self.steps:
+            raise ValueError(f"step must be below the {self.steps} profiled steps, got {step}")
+        if self.trace_path is None or not Path(self.trace_path).is_file():
+            raise FileNotFoundError(f"no trace file for profile {self.label!r} ({self.trace_path!r}): "
+                                    "profile again with trace=True")
+        with open(self.trace_path) as f:
+            ranges = [e for e in json.load(f)["traceEvents"] if e.get("cat") == "user_annotation" and "dur" in e]
+        steps = sorted((e for e in ranges if e["name"].startswith("ProfilerStep")), key=lambda e: e["ts"])
+        if len(steps) <= step:
+            raise ValueError(f"the trace {self.trace_path} holds {len(steps)} steps, not step {step}")
+        first, end = steps[step]["ts"], steps[step]["ts"] + steps[step]["dur"]
+        rows = [{"range": e["name"][:60], "starts at (ms)": (e["ts"] - first) / 1e3, "lasts (ms)": e["dur"] / 1e3}
+                for e in sorted(ranges, key=lambda e: e["ts"]) if first <= e["ts"] < end]
+        return pd.DataFrame(rows).round(3)
 
     def phase_table(self) -> Any:
         """Per-step seconds and share of step time for each phase, as a DataFrame."""
@@ -554,13 +589,30 @@ def _summarise(prof: Any, label: str, kind: str, steps: int, warmup: int, cuda: 
 # before / after
 @dataclass(frozen=True)
 class ProfileComparison:
-    """Profiles of the same step before and after fixes, side by side (per-step figures)."""
+    """Profiles of the same step before and after fixes, side by side (per-step figures).
+
+    ``timings`` (label -> seconds per step, measured without the profiler) replace the profiled step
+    times in ``speedup``: a profiled step carries the profiler's overhead, more for many tiny operators,
+    and a few profiled steps are easily disturbed by other programs.
+    """
 
     summaries: tuple[ProfileSummary, ...]
     baseline: str
+    timings: Mapping[str, float] | None = None
 
     def __post_init__(self) -> None:
         table_rows(self.summaries, ProfileSummary, "gl.profile", self.baseline)
+        if self.timings is not None:
+            missing = [s.label for s in self.summaries if s.label not in self.timings]
+            if missing:
+                raise ValueError(f"timings has no entry for {missing}: give one unprofiled time per profile "
+                                 f"(labels {[s.label for s in self.summaries]})")
+            for label, t in self.timings.items():
+                positive(f"timings[{label!r}]", t, unit="seconds")
+
+    def step_s(self, label: str) -> float:
+        """Seconds per step of profile ``label``: the unprofiled time if ``timings`` were given."""
+        return self.timings[label] if self.timings is not None else self.summary(label).step_s
 
     def summary(self, label: str) -> ProfileSummary:
         for s in self.summaries:
@@ -570,14 +622,17 @@ class ProfileComparison:
 
     def speedup(self, label: str) -> float:
         """Baseline median step time / this profile's (>1 is faster)."""
-        return self.summary(self.baseline).step_s / self.summary(label).step_s
+        return self.step_s(self.baseline) / self.step_s(label)
 
     def to_dataframe(self) -> Any:
         import pandas as pd
 
         rows = []
         for s in self.summaries:
-            r = {"profile": s.label, "step_ms": 1e3 * s.step_s, "speedup": self.speedup(s.label)}
+            r = {"profile": s.label, "step_ms": 1e3 * s.step_s}
+            if self.timings is not None:
+                r["unprofiled_step_ms"] = 1e3 * self.timings[s.label]
+            r["speedup"] = self.speedup(s.label)
             r.update({f"{k}_share": s.share(k) for k in s.phases_s})
             r.update({"op_calls_per_step": s.op_calls_per_step, "syncs_per_step": s.syncs_per_step,
                       "device_busy_share": s.device_busy_share, "verdict": s.verdict.verdict,
@@ -588,20 +643,27 @@ class ProfileComparison:
     def _rows(self) -> list[list[str]]:
         out = []
         for s in self.summaries:
-            out.append([s.label, fmt_seconds(s.step_s), f"{self.speedup(s.label):.2f}x", f"{s.share('data'):.0%}",
+            times = [fmt_seconds(s.step_s)] + ([fmt_seconds(self.timings[s.label])] if self.timings is not None else [])
+            out.append([s.label, *times, f"{self.speedup(s.label):.2f}x", f"{s.share('data'):.0%}",
                         f"{s.share('forward') + s.share('backward'):.0%}", f"{s.share('optimizer'):.0%}",
                         f"{s.op_calls_per_step:.0f}", s.verdict.verdict])
         return out
 
-    _HEADER = ("profile", "step", "speedup", "data", "fwd+bwd", "optimizer", "op calls/step", "verdict")
+    def _header(self) -> tuple[str, ...]:
+        times = ("profiled step", "step, no profiler") if self.timings is not None else ("step",)
+        return ("profile", *times, "speedup", "data", "fwd+bwd", "optimizer", "op calls/step", "verdict")
+
+    def _footer(self) -> str:
+        speed = ("speedup from the steps timed without the profiler" if self.timings is not None
+                 else "step and speedup: median profiled step (profiler overhead included)")
+        return f"{speed}; data, fwd+bwd, optimizer: shares of the profiled step time"
 
     def __repr__(self) -> str:
-        return (f"Profiles vs {self.baseline!r} (median step, share of step time)\n"
-                + text_table(self._HEADER, self._rows()))
+        return (f"Profiles vs {self.baseline!r}\n" + text_table(self._header(), self._rows()) + "\n" + self._footer())
 
     def _repr_html_(self) -> str:
-        return html_table(self._HEADER, self._rows(), caption=f"Before and after, vs {self.baseline!r}",
-                          footer="step: median profiled step (profiler overhead included); shares of step time")
+        return html_table(self._header(), self._rows(), caption=f"Before and after, vs {self.baseline!r}",
+                          footer=self._footer())
 
     def plot(self, ax: Any = None) -> Any:
         """Stacked bars: per-step milliseconds in each phase, one bar per profile."""
@@ -624,8 +686,13 @@ class ProfileComparison:
         return ax.figure
 
 
-def compare_profiles(summaries: Sequence[ProfileSummary], baseline: str | None = None) -> ProfileComparison:
+def compare_profiles(summaries: Sequence[ProfileSummary], baseline: str | None = None,
+                     timings: Mapping[str, Any] | None = None) -> ProfileComparison:
     """Put profiles side by side: step time, speedup, phase shares, operator calls, verdict.
+
+    ``timings``: label -> the same step timed without the profiler, as seconds or as a
+    :class:`~gpulab.Measurement` (e.g. the dict from :func:`gpulab.benchmark_interleaved`); the speedups
+    then come from these, free of the profiler's overhead.
 
     Example:
         >>> import torch, gpulab as gl
@@ -637,7 +704,12 @@ def compare_profiles(summaries: Sequence[ProfileSummary], baseline: str | None =
     summaries = tuple(summaries)
     if not summaries or not all(isinstance(s, ProfileSummary) for s in summaries):
         raise TypeError("compare_profiles takes a list of ProfileSummary objects from gl.profile")
-    return ProfileComparison(summaries, baseline or summaries[0].label)
+    if timings is not None:
+        if not isinstance(timings, Mapping):
+            raise TypeError("timings must be a mapping label -> seconds or Measurement, e.g. the dict from "
+                            "gl.benchmark_interleaved({label: step, ...})")
+        timings = {k: getattr(v, "median_s", v) for k, v in timings.items()}
+    return ProfileComparison(summaries, baseline or summaries[0].label, timings)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -536,6 +536,8 @@ def test_compare_loaders_table():
     assert "images/s" in text and "A100" in text and "compute-only limit" in text
     df = table.to_dataframe()
     assert list(df.index) == ["slow", "fast"] and "fraction_of_limit" in df
+    two_steps = gl.compare_loaders([slow, fast], limit_items_per_s={"slow": 1000.0, "fast": 2000.0})
+    assert "1,000 images/s (slow), 2,000 images/s (fast)" in repr(two_steps)   # which row has which limit
     assert table.plot() is not None
     import matplotlib.pyplot as plt
 

@@ -17,7 +17,8 @@ import gpulab.profiling as P
 from gpulab.profiling import DeviceCheck, ProfileSummary, check_device_events, diagnose_profile
 
 
-def test_doctests():
+def test_doctests(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)                      # trace files go to ./traces
     assert doctest.testmod(P).failed == 0
 
 
@@ -132,6 +133,25 @@ def test_compare_profiles():
         gpulab.compare_profiles([a, b], baseline="nope")
     with pytest.raises(TypeError):
         gpulab.compare_profiles(["x"])
+
+
+def test_compare_profiles_with_unprofiled_timings():
+    a = gpulab.profile(_annotated_step(data_s=0.01), steps=2, label="slow", trace=False)
+    b = gpulab.profile(_annotated_step(), steps=2, label="fast", trace=False)
+    timed = gpulab.benchmark_interleaved({"slow": _annotated_step(data_s=0.004), "fast": _annotated_step()},
+                                         min_run_time=0.1, min_rounds=3)
+    c = gpulab.compare_profiles([a, b], timings=timed)      # Measurements, as benchmark_interleaved returns
+    assert c.step_s("slow") == timed["slow"].median_s != a.step_s
+    assert c.speedup("fast") == pytest.approx(timed["slow"].median_s / timed["fast"].median_s)
+    assert "step, no profiler" in repr(c) and "without the profiler" in c._repr_html_()
+    assert gpulab.compare_profiles([a, b], timings={"slow": 0.02, "fast": 0.01}).speedup("fast") == pytest.approx(2)
+    assert "unprofiled_step_ms" in c.to_dataframe()
+    with pytest.raises(ValueError, match="no entry for \\['fast'\\]"):
+        gpulab.compare_profiles([a, b], timings={"slow": 0.02})
+    with pytest.raises(ValueError, match="positive"):
+        gpulab.compare_profiles([a, b], timings={"slow": 0.02, "fast": 0.0})
+    with pytest.raises(TypeError, match="mapping"):
+        gpulab.compare_profiles([a, b], timings=[0.02, 0.01])
 
 
 def test_bad_input():
@@ -301,3 +321,18 @@ def test_tf_profile_with_fake_tensorflow(monkeypatch, tmp_path):
     assert prof.top == () and "tensorboard-plugin-profile" in repr(prof)
     with pytest.raises(ValueError):
         gpulab.tf_profile(lambda: None, steps=0)
+
+
+def test_trace_ranges(tmp_path):
+    s = gpulab.profile(_annotated_step(data_s=0.002), steps=3, warmup=1, trace_dir=tmp_path, label="ranges")
+    df = s.trace_ranges(1)
+    assert df.loc[0, "range"].startswith("ProfilerStep") and df.loc[0, "starts at (ms)"] == 0
+    names = list(df["range"])
+    assert [n for n in names if n in ("data", "forward", "backward", "optimizer")] == \
+        ["data", "forward", "backward", "optimizer"]                     # one step's phases, in order
+    assert df.loc[names.index("data"), "lasts (ms)"] >= 2.0             # the 2 ms sleep
+    assert df["starts at (ms)"].max() < 1e3 * s.step_times_s[1] + 1
+    with pytest.raises(ValueError, match="below the 3"):
+        s.trace_ranges(3)
+    with pytest.raises(FileNotFoundError, match="trace=True"):
+        gpulab.profile(_annotated_step(), steps=1, trace=False).trace_ranges()
