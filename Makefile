@@ -7,7 +7,9 @@ PY := $(VENV)/bin/python
 TF_FLAVOUR ?= $(shell if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then echo gpu; else echo cpu; fi)
 REQS := requirements/course.txt requirements/tf-$(TF_FLAVOUR).txt
 # A stale venv is found by the hash of what it was built from (and which checkout it serves), never by timestamps.
-REQ_HASH := $(shell (cat $(REQS) pyproject.toml; echo "$(CURDIR)") | sha256sum | cut -c1-16)
+# The kernel's environment: log levels that keep TensorFlow and the PyTorch profiler quiet (gpulab.QUIET_ENV).
+KERNEL_ENV := TF_CPP_MIN_LOG_LEVEL 3 TF_ENABLE_ONEDNN_OPTS 0 KINETO_LOG_LEVEL 6 PYTHONWARNINGS ignore::DeprecationWarning
+REQ_HASH := $(shell (cat $(REQS) pyproject.toml; echo "$(CURDIR) $(KERNEL_ENV)") | sha256sum | cut -c1-16)
 STAMP := $(VENV)/.gpulab-installed-$(REQ_HASH)
 KERNEL := gpulab
 LAB_PORT ?= 8888
@@ -29,8 +31,7 @@ $(STAMP):
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install -r requirements/course.txt -r requirements/tf-$(TF_FLAVOUR).txt -e .
 	$(PY) -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "Python 3 (gpulab)" \
-	    --env TF_CPP_MIN_LOG_LEVEL 3 --env TF_ENABLE_ONEDNN_OPTS 0 --env KINETO_LOG_LEVEL 5 \
-	    --env PYTHONWARNINGS ignore::DeprecationWarning
+	    $$(printf -- '--env %s %s ' $(KERNEL_ENV))
 	$(PY) -m pip check
 	@rm -f $(VENV)/.gpulab-installed-*
 	@touch $@

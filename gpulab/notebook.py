@@ -19,8 +19,8 @@ __all__ = ["Session", "setup", "by_device", "check", "Check", "QUIET_ENV"]
 
 T = TypeVar("T")
 
-# Log levels that keep TensorFlow and the PyTorch profiler (kineto) quiet; set only if unset.
-QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "3", "TF_ENABLE_ONEDNN_OPTS": "0", "KINETO_LOG_LEVEL": "5"}
+# Log levels that keep TensorFlow and the PyTorch profiler (kineto: 6 = above ERROR and USDT) quiet; set only if unset.
+QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "3", "TF_ENABLE_ONEDNN_OPTS": "0", "KINETO_LOG_LEVEL": "6"}
 
 
 @dataclass(frozen=True)

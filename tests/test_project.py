@@ -81,6 +81,15 @@ def test_make_targets_and_ci_call_make_test():
     assert "make lab" in readme and "make test" in readme
 
 
+def test_course_kernel_env_matches_quiet_env():
+    """The kernel `make install` registers and gl.setup() on other kernels (Colab) quiet the same logs."""
+    from gpulab.notebook import QUIET_ENV
+
+    line = re.search(r"^KERNEL_ENV := (.*)$", (ROOT / "Makefile").read_text(), re.M).group(1).split()
+    kernel_env = dict(zip(line[::2], line[1::2]))
+    assert {k: kernel_env.get(k) for k in QUIET_ENV} == QUIET_ENV
+
+
 BLOCKER = textwrap.dedent("""
     import importlib.abc, sys
     class _Block(importlib.abc.MetaPathFinder):

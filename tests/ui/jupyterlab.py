@@ -262,7 +262,7 @@ def start_lab(root_dir: Path, state_dir: Path, timeout: float = 90) -> LabServer
         JUPYTERLAB_SETTINGS_DIR=str(dirs["settings"]),
         JUPYTERLAB_WORKSPACES_DIR=str(dirs["workspaces"]),
         TF_CPP_MIN_LOG_LEVEL="3",
-        KINETO_LOG_LEVEL="5",
+        KINETO_LOG_LEVEL="6",
         PYTHONUNBUFFERED="1",
     )
     port, token = free_port(), secrets.token_hex(24)
