@@ -85,17 +85,31 @@ class AmdahlFit:
         """Predicted speedup over one worker."""
         return amdahl_speedup(self.parallel_fraction, workers)
 
+    @property
+    def note(self) -> str | None:
+        """A warning when the measurements contradict the model: more workers ran clearly slower."""
+        base = self.times_s[self.workers.index(min(self.workers))]
+        slower = [(n, base / t) for n, t in zip(self.workers, self.times_s) if n > min(self.workers) and t > 1.1 * base]
+        if not slower:
+            return None
+        runs = ", ".join(f"{n} workers {speedup:.2f}x" for n, speedup in slower)
+        return (f"more workers ran slower ({runs}): Amdahl's law never predicts that, so something else took the "
+                "cores (another program, or threads waiting on each other for too small a job); the fitted p is "
+                "unreliable: re-run on an idle machine")
+
     def _rows(self) -> list[tuple[str, str, str]]:
         return [(str(n), f"{self.times_s[0] / t:.2f}x", f"{self.predict(n):.2f}x")
                 for n, t in zip(self.workers, self.times_s)]
 
     def __repr__(self) -> str:
         return (f"Amdahl fit: parallel fraction p = {self.parallel_fraction:.1%}, "
-                f"max speedup {self.max_speedup:.3g}x\n" + text_table(("workers", "measured", "model"), self._rows()))
+                f"max speedup {self.max_speedup:.3g}x\n" + text_table(("workers", "measured", "model"), self._rows())
+                + (f"\n[!] {self.note}" if self.note else ""))
 
     def _repr_html_(self) -> str:
         return html_table(("workers", "measured speedup", "Amdahl model"), self._rows(),
-                          caption=f"Amdahl fit: p = {self.parallel_fraction:.1%}, max speedup {self.max_speedup:.3g}x")
+                          caption=f"Amdahl fit: p = {self.parallel_fraction:.1%}, max speedup {self.max_speedup:.3g}x",
+                          footer=self.note)
 
 
 def fit_amdahl(workers: Sequence[int], times_s: Sequence[float]) -> AmdahlFit:

@@ -49,7 +49,11 @@ def test_roofline_and_amdahl():
     times = [10 * ((1 - 0.9) + 0.9 / n) for n in (1, 2, 4, 8)]
     fit = gl.fit_amdahl([1, 2, 4, 8], times)
     assert fit.parallel_fraction == pytest.approx(0.9, abs=1e-6) and fit.max_speedup == pytest.approx(10)
-    assert "p = 90.0%" in repr(fit)
+    assert "p = 90.0%" in repr(fit) and fit.note is None and "[!]" not in repr(fit)
+    busy = gl.fit_amdahl([1, 2], [1.0, 3.4])           # 2 threads 3.4x slower: the cores were taken
+    assert busy.parallel_fraction == 0.0 and "2 workers 0.29x" in busy.note and "re-run" in busy.note
+    assert "[!] more workers ran slower" in repr(busy) and "idle machine" in busy._repr_html_()
+    assert gl.fit_amdahl([1, 2], [1.0, 1.05]).note is None   # within noise of no speedup: no alarm
     with pytest.raises(ValueError):
         gl.fit_amdahl([1], [1.0])
     with pytest.raises(ValueError):
