@@ -63,6 +63,8 @@ class CudaMemoryState:
     inactive_split_bytes: int | None   # cached blocks split by earlier allocations: fragmentation
     alloc_retries: int | None     # cudaMalloc failures the allocator recovered from by freeing its cache
     ooms: int | None
+    nvml_used_bytes: int | None = None        # what nvidia-smi shows as used (NVML; None without it)
+    driver_reserved_bytes: int | None = None  # kept by driver and firmware (NVML v2; None on older drivers)
 
     @property
     def cached_bytes(self) -> int:
@@ -87,10 +89,12 @@ def cuda_memory_state(device: Any = None, cuda: Any = None) -> CudaMemoryState |
         stats = cuda.memory_stats(i)
     except Exception:  # pragma: no cover - older builds
         stats = {}
+    nv = _nvml_memory(i)
     return CudaMemoryState(i, int(cuda.memory_allocated(i)), int(cuda.memory_reserved(i)),
                            int(cuda.max_memory_allocated(i)), int(total), int(free),
                            stats.get("inactive_split_bytes.all.current"), stats.get("num_alloc_retries"),
-                           stats.get("num_ooms"))
+                           stats.get("num_ooms"), None if nv is None else nv.used_bytes,
+                           None if nv is None else nv.reserved_bytes)
 
 
 def nvml_processes(cuda_index: int = 0) -> list[tuple[int, int | None]] | None:
@@ -116,17 +120,11 @@ def nvml_processes(cuda_index: int = 0) -> list[tuple[int, int | None]] | None:
     return out
 
 
-def _nvml_used(cuda_index: int) -> tuple[int | None, int | None]:
+def _nvml_memory(cuda_index: int) -> Any:
+    """NVML's memory figures for the CUDA device (a MIG slice's own), or None without NVML."""
     from .telemetry import nvml
 
-    vis = nvml.visible_devices()
-    if not 0 <= cuda_index < len(vis):
-        return None, None
-    h = nvml.handle_by_uuid(vis[cuda_index].uuid) or nvml.query("nvmlDeviceGetHandleByIndex", vis[cuda_index].index)
-    info = nvml.query("nvmlDeviceGetMemoryInfo", h) if h is not None else None
-    if info is None:
-        return None, None
-    return int(info.used), int(info.total)
+    return nvml.cuda_memory_info(cuda_index)
 
 
 @dataclass(frozen=True)
@@ -174,7 +172,8 @@ def reconcile_memory(device: Any = None, cuda: Any = None, pid: int | None = Non
         return MemoryReconciliation(False, "no CUDA device: allocator and NVML figures exist only on a GPU")
     st = cuda_memory_state(device, cuda)
     assert st is not None
-    used, _ = _nvml_used(st.device_index)
+    nv = _nvml_memory(st.device_index)
+    used = None if nv is None else nv.used_bytes
     procs = nvml_processes(st.device_index)
     pid = os.getpid() if pid is None else pid
     mine = others = None
@@ -184,8 +183,11 @@ def reconcile_memory(device: Any = None, cuda: Any = None, pid: int | None = Non
         other = [b for p, b in procs if p != pid]
         others = sum(b for b in other if b is not None) if other else 0
     rows: list[tuple[str, int | None, str]] = [
-        ("card total", st.total_bytes, "the GPU's memory (driver)"),
-        ("NVML used", used, "what nvidia-smi shows: every process, contexts included"),
+        ("card total", st.total_bytes, "the GPU's memory as CUDA reports it (cudaMemGetInfo)"),
+        ("NVML used", used, "what nvidia-smi shows as used: every process, contexts included"
+         + ("" if nv is None or nv.version == 2 else "; a pre-R510 driver adds its own reserve to it")),
+        ("driver reserve (NVML)", None if nv is None else nv.reserved_bytes,
+         "kept by the driver and firmware, never usable by processes; nvidia-smi -q lists it as Reserved"),
         ("this process (NVML)", mine, "NVML's figure for this process (missing when PIDs differ, e.g. containers)"),
         ("other processes (NVML)", others, "memory you cannot use; close them or pick another GPU"),
         ("PyTorch reserved", st.reserved_bytes, "held by the caching allocator: live tensors + cached blocks"),
@@ -198,7 +200,8 @@ def reconcile_memory(device: Any = None, cuda: Any = None, pid: int | None = Non
          "this process's NVML figure minus reserved: context, kernels, cuBLAS/cuDNN/NCCL buffers"),
         ("driver free", st.free_bytes, "cudaMemGetInfo: free for any process"),
     ]
-    note = f"cuda:{st.device_index}" + ("" if used is not None else "; NVML unavailable: its rows are missing")
+    note = f"cuda:{st.device_index}" + ("; NVML unavailable: its rows are missing" if nv is None
+                                         else f"; {nv.note}" if nv.note else "")
     return MemoryReconciliation(True, note, tuple(rows), st)
 
 

@@ -266,7 +266,8 @@ class MemoryBreakdown:
             r.append((k, v, {"allocated (torch)": "live tensors, as torch.cuda.memory_allocated",
                              "reserved (allocator cache)": "held by PyTorch's caching allocator",
                              "NVML used": "what nvidia-smi shows: reserved + CUDA context + other processes",
-                             "context and others": "NVML used minus reserved"}.get(k, "")))
+                             "context and others": "NVML used minus reserved",
+                             "driver reserve (NVML)": "kept by driver and firmware: not in NVML used (v2)"}.get(k, "")))
         return r
 
     def to_dataframe(self) -> Any:
@@ -341,14 +342,12 @@ def breakdown(model: Any, optimizer: Any, batch: Any, loss_fn: Callable[..., Any
                      "reserved (allocator cache)": int(reserved)}
         from .telemetry import nvml
 
-        vis = nvml.visible_devices()
-        idx = device.index or 0
-        if idx < len(vis):
-            h = nvml.handle_by_uuid(vis[idx].uuid)
-            info = nvml.query("nvmlDeviceGetMemoryInfo", h) if h is not None else None
-            if info is not None:
-                allocator["NVML used"] = int(info.used)
-                allocator["context and others"] = int(info.used) - int(reserved)
+        nv = nvml.cuda_memory_info(device.index if device.index is not None else torch.cuda.current_device())
+        if nv is not None:   # v2 "used" leaves the driver's reserve out, so the rest is context + other processes
+            allocator["NVML used"] = nv.used_bytes
+            allocator["context and others"] = nv.used_bytes - int(reserved)
+            if nv.reserved_bytes is not None:
+                allocator["driver reserve (NVML)"] = nv.reserved_bytes
     optimizer.zero_grad(set_to_none=True)
     return MemoryBreakdown(str(device), param_bytes, grads, opt_state, int(activations), int(peak), method, allocator)
 
@@ -450,6 +449,7 @@ class BatchSizeSearch:
     capacity_bytes: int
     margin: float
     device: str
+    notes: tuple[str, ...] = ()   # where the capacity came from; why the search stopped early
 
     @property
     def max_batch_size(self) -> int:
@@ -483,7 +483,8 @@ class BatchSizeSearch:
 
     def _caption(self) -> str:
         return (f"Largest batch that fits: {self.max_batch_size}; recommended: {self.recommended} (fastest within "
-                f"{self.margin:.0%} of {fmt_bytes(self.capacity_bytes)} on {self.device})")
+                f"{self.margin:.0%} of {fmt_bytes(self.capacity_bytes)} on {self.device})"
+                + "".join(f"\n{n}" for n in self.notes))
 
     def __repr__(self) -> str:
         return self._caption() + "\n" + text_table(("batch", "fits", "peak", "items/s"), self._rows())
@@ -501,8 +502,11 @@ def find_max_batch_size(step: Callable[[int], Any], start: int = 8, limit: int =
 
     Doubles from ``start`` until a step runs out of memory (or ``limit``), then bisects. Each OOM is
     recovered from *outside* the ``except`` block (references dropped, garbage collected, CUDA cache
-    emptied, peak reset), so nothing leaks between trials. On CUDA the card's memory is the capacity;
-    elsewhere pass ``budget`` (bytes) to simulate a card with :func:`memory_budget`.
+    emptied, peak reset), so nothing leaks between trials. On CUDA the capacity is the memory free at the
+    start (``torch.cuda.mem_get_info`` after emptying the cache), so the CUDA context, the model already on the
+    card and other processes count; elsewhere pass ``budget`` (bytes) to simulate a card with
+    :func:`memory_budget`. The search never goes past the batch at which the step's largest tensor would
+    exceed 2**31 elements (sized in the first trial), where CUDA kernels fail with errors that are not OOM.
 
     Example:
         >>> import torch, gpulab as gl
@@ -523,27 +527,36 @@ def find_max_batch_size(step: Callable[[int], Any], start: int = 8, limit: int =
 
         device = "cuda" if device_kind() == "cuda" else "cpu"
     cuda = _is_cuda(device)
+    notes: list[str] = []
     if cuda:
-        capacity = torch.cuda.get_device_properties(torch.device(device)).total_memory
+        # What this process can still get: the CUDA context, tensors already resident (the model) and other
+        # processes are all outside the free memory the driver reports once the allocator's cache is returned.
+        free_memory(device)
+        free, total = torch.cuda.mem_get_info(torch.device(device))
+        capacity = int(free)
+        notes.append(f"capacity: {fmt_bytes(free)} free at the start of {fmt_bytes(total)} (CUDA context, resident "
+                     "tensors and other processes already excluded)")
     elif budget is None:
         raise ValueError("on CPU pass budget=... (bytes, e.g. 16 * gl.GiB) to simulate a GPU's memory")
     else:
         capacity = budget
     trials: list[BatchTrial] = []
+    watch = _LargestTensor()
 
     def attempt(bs: int) -> bool:
         free_memory(device if cuda else None)
         ok, peak = True, None
         try:
-            if cuda:
-                base = torch.cuda.memory_allocated(device)
-                step(bs)
-                torch.cuda.synchronize(device)
-                peak = int(torch.cuda.max_memory_allocated(device) - base)
-            else:
-                with memory_budget(capacity) as card:
+            with watch if not trials else contextlib.nullcontext():   # sizes tensors in the first trial only
+                if cuda:
+                    base = torch.cuda.memory_allocated(device)
                     step(bs)
-                peak = card.peak_bytes
+                    torch.cuda.synchronize(device)
+                    peak = int(torch.cuda.max_memory_allocated(device) - base)
+                else:
+                    with memory_budget(capacity) as card:
+                        step(bs)
+                    peak = card.peak_bytes
         except Exception as e:  # only OOM is expected; anything else is the caller's bug
             if not is_oom(e):
                 raise
@@ -553,13 +566,24 @@ def find_max_batch_size(step: Callable[[int], Any], start: int = 8, limit: int =
         trials.append(BatchTrial(bs, ok, peak))
         return ok
 
-    lo, hi, bs = 0, None, start
-    while bs <= limit and len(trials) < max_trials:
+    if attempt(start) and watch.numel:
+        # Tensors past 2**31 elements break 32-bit indexing in many CUDA kernels (errors, not OOM): stop before.
+        cap = max(start, (2**31 - 1) * start // watch.numel)
+        if cap < limit:
+            limit = cap
+            notes.append(f"batch sizes capped at {cap}: beyond it the largest tensor (shape {watch.shape} at batch "
+                         f"{start}) would pass 2**31 elements")
+    lo, hi, bs = (start, None, start * 2) if trials[0].fits else (0, start, start)
+    while hi is None and bs <= limit and len(trials) < max_trials:
         if attempt(bs):
             lo, bs = bs, bs * 2
         else:
             hi = bs
-            break
+    if hi is None and lo < limit < bs and len(trials) < max_trials:   # the last doubling overshot the limit
+        if attempt(limit):
+            lo = limit
+        else:
+            hi = limit
     if lo == 0 and hi is not None:
         raise MemoryError(f"even batch size {start} does not fit in {fmt_bytes(capacity)}: start lower, use a "
                           "smaller model, mixed precision or gradient checkpointing")
@@ -582,4 +606,33 @@ def find_max_batch_size(step: Callable[[int], Any], start: int = 8, limit: int =
             else:
                 timed.append(t)
         trials = timed
-    return BatchSizeSearch(tuple(trials), int(capacity), margin, str(device))
+    return BatchSizeSearch(tuple(trials), int(capacity), margin, str(device), tuple(notes))
+
+
+class _LargestTensor:
+    """Records the shape of the largest tensor any operation creates inside it (a TorchDispatchMode)."""
+
+    def __init__(self) -> None:
+        self.numel, self.shape, self._mode = 0, (), None
+
+    def __enter__(self) -> "_LargestTensor":
+        from torch.utils._python_dispatch import TorchDispatchMode
+        from torch.utils._pytree import tree_leaves
+
+        watch = self
+
+        class _Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                for t in tree_leaves(out):
+                    n = t.numel() if hasattr(t, "numel") else 0
+                    if n > watch.numel:
+                        watch.numel, watch.shape = n, tuple(t.shape)
+                return out
+
+        self._mode = _Mode()
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._mode.__exit__(*exc)

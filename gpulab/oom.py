@@ -378,6 +378,12 @@ def explain_oom(exc: BaseException | str, model: Any = None, optimizer: Any = No
 
         cap = int(torch.cuda.get_device_properties(torch.device(device)).total_memory)
     ctx, others, src = _cuda_context(msg, device)
+    reserve = None
+    if device.startswith("cuda") and not (msg and msg.simulated):
+        from .telemetry.nvml import cuda_memory_info
+
+        nv = cuda_memory_info(msg.gpu_index or 0 if msg is not None else 0)
+        reserve = None if nv is None else nv.reserved_bytes
     usable = None
     if capacity_bytes is not None:
         usable = capacity_bytes          # an allocator cap: context and other processes live outside it
@@ -408,6 +414,8 @@ def explain_oom(exc: BaseException | str, model: Any = None, optimizer: Any = No
          f"not simulated: a real GPU loses ~{fmt_bytes(CUDA_CONTEXT_BYTES)} here" if msg and msg.simulated
          else "unknown"),
         ("other processes", others, f"from {src}" if others is not None else "none reported"),
+        ("driver reserve (NVML)", reserve, "kept by driver and firmware; already outside CUDA's capacity"
+         if reserve is not None else "NVML v2 memory query not available"),
         ("capacity", cap, "the card" if not (msg and msg.simulated) else "the simulated card"),
         ("usable for this step", usable, "the allocator's cap (capacity_bytes)" if capacity_bytes is not None
          else "capacity minus context and other processes"),

@@ -195,7 +195,7 @@ class Measurement:
         """True when NVML saw the GPU slowed by power or thermal limits while timing (None: unknown)."""
         if not self.gpu_state or self.gpu_state.get("throttle_reasons") is None:
             return None
-        from .telemetry.nvml import SLOWDOWN_MASK
+        from .telemetry.gpu import SLOWDOWN_MASK
 
         return bool(self.gpu_state["throttle_reasons"] & SLOWDOWN_MASK)
 
@@ -345,7 +345,7 @@ def benchmark(fn: Callable[..., Any], *args: Any, label: str | None = None, warm
 
 def _gpu_clock_state(dev: str) -> dict[str, Any] | None:
     """NVML's view of the CUDA device's clocks, when NVML is there (None otherwise)."""
-    from .telemetry.nvml import clock_state
+    from .telemetry.gpu import clock_state
 
     index = int(dev.split(":")[1]) if ":" in dev else 0
     try:

@@ -1,7 +1,6 @@
-"""Shared fixtures: a fake NVML with the real nvidia-ml-py API's shape, and fabricated system facts."""
+"""Shared fixtures: a fake NVML built from the real nvidia-ml-py, and fabricated system facts."""
 from __future__ import annotations
 
-import types
 from dataclasses import replace
 
 import pytest
@@ -11,61 +10,27 @@ import matplotlib
 matplotlib.use("Agg")
 
 
-class FakeNVMLError(Exception):
-    """Shaped like pynvml.NVMLError: carries the NVML return code in ``.value``."""
-
-    def __init__(self, value: int):
-        super().__init__(value)
-        self.value = value
-
-
-def make_fake_pynvml(gpus=(("NVIDIA A100-SXM4-40GB", (8, 0), 40 * 2**30),), driver="550.54.15",
-                     cuda_driver=12040, init_error=None):
-    """A module object offering the nvidia-ml-py functions gpulab calls, with their return shapes."""
-    m = types.ModuleType("pynvml")
-    m.NVMLError = FakeNVMLError
-    m.calls = []
-
-    def nvmlInit():
-        m.calls.append("init")
-        if init_error:
-            raise FakeNVMLError(init_error)
-
-    def nvmlShutdown():
-        m.calls.append("shutdown")
-
-    def handle(i):
-        if not 0 <= i < len(gpus):
-            raise FakeNVMLError(2)  # INVALID_ARGUMENT
-        return ("handle", i)
-
-    def not_supported(*_):
-        raise FakeNVMLError(3)  # NVML_ERROR_NOT_SUPPORTED
-
-    m.nvmlInit = nvmlInit
-    m.nvmlShutdown = nvmlShutdown
-    m.nvmlSystemGetDriverVersion = lambda: driver.encode()  # some versions return bytes
-    m.nvmlSystemGetCudaDriverVersion = lambda: cuda_driver
-    m.nvmlDeviceGetCount = lambda: len(gpus)
-    m.nvmlDeviceGetHandleByIndex = handle
-    m.nvmlDeviceGetName = lambda h: gpus[h[1]][0]
-    m.nvmlDeviceGetUUID = lambda h: f"GPU-0000000{h[1]}-aaaa-bbbb-cccc-dddddddddddd"
-    m.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(total=gpus[h[1]][2], used=0, free=gpus[h[1]][2])
-    m.nvmlDeviceGetCudaComputeCapability = lambda h: gpus[h[1]][1]
-    m.nvmlDeviceGetPciInfo = not_supported
-    # nvmlDeviceGetMigMode deliberately absent: an older library without the function
-    return m
-
-
 @pytest.fixture
 def fake_nvml(monkeypatch):
-    """Install a fake pynvml into gpulab.telemetry.nvml; yields a factory to customise it."""
+    """Install a fake pynvml (tests/fake_nvml.py: real structs, errors and constants) into
+    gpulab.telemetry.nvml; yields a factory. ``fake_nvml(gpus=((name, cc, bytes), ...))`` builds plain GPUs
+    (PCI info NotSupported, no nvmlDeviceGetMigMode, as an older library); ``fake_nvml(machine="a100_mig")``
+    a recorded machine (see ``fake_nvml.MACHINES``); other keywords go to ``fake_nvml.make_module``."""
+    import fake_nvml as fakes
     from gpulab.telemetry import nvml
 
-    def install(**kwargs):
-        fake = make_fake_pynvml(**kwargs)
+    def install(gpus=(("NVIDIA A100-SXM4-40GB", (8, 0), 40 * 2**30),), machine=None, driver="550.54.15",
+                cuda_driver=12040, **kwargs):
+        if machine is not None:
+            fake = fakes.make_module(fakes.MACHINES[machine](), driver=driver, cuda_driver=cuda_driver, **kwargs)
+        else:
+            kwargs = {"pci_info": False, "mig_mode": False, **kwargs}
+            fake = fakes.make_module(fakes.machine_from_tuples(gpus), driver=driver, cuda_driver=cuda_driver,
+                                     **kwargs)
         nvml._reset()
         monkeypatch.setattr(nvml, "_load", lambda: fake)
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+        monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
         return fake
 
     yield install

@@ -1,29 +1,128 @@
-"""A scripted NVML with the real nvidia-ml-py module's shape, for tests on machines without a GPU.
+"""A fake NVML built from the real nvidia-ml-py, for tests on machines without a GPU.
 
-Same function names and argument order, the same return structures (fields ``gpu``/``memory``,
-``total``/``free``/``used``, GPM ``c_nvmlGpmMetricsGet_t``), and ``NVMLError`` carrying the NVML return
-code in ``.value``. Three GPUs replay a script of readings, one per sample:
+What cannot drift, because it *is* the real library's: the structs returned (``c_nvmlMemory_t``,
+``c_nvmlMemory_v2_t``, ``c_nvmlUtilization_t``, ``c_nvmlGpmSupport_t``, ``c_nvmlGpmMetricsGet_t``, …),
+the error class (``pynvml.NVMLError(code)`` → ``NVMLError_NotSupported`` …) and every constant. What is
+checked against it by ``tests/test_fakes_match_real.py``: every ``nvml*`` function here exists in pynvml
+with the same parameters and defaults.
 
-* gpu 0, "NVIDIA H100 80GB HBM3": every metric incl. GPM; a thermal slowdown on ticks 5-8;
-* gpu 1, "Tesla T4": power and PCIe NotSupported; the GPU is lost from tick 10 on (utilisation raises);
-* gpu 2, "NVIDIA A100-SXM4-40GB" in MIG mode: utilisation NotSupported, two MIG instances.
+Machines are recorded shapes of real ones (names, compute capabilities, memory, MIG slots, GPM) with
+scripted readings, one per sample ("tick": each utilisation read advances a GPU's tick):
+
+* ``SCRIPTED``: an H100 (every metric incl. GPM; thermal slowdown on ticks 5-8), a T4 (power and PCIe
+  NotSupported; the GPU is lost from tick 10 on), an A100 in MIG mode (two slices, five empty slots);
+* ``T4_COLAB``, ``A100_MIG``, ``H100_GPM``, ``MIXED`` (an RTX A6000 and a T4: CUDA's order ambiguous),
+  ``OLD_DRIVER`` (a V100 on a driver without the v2 memory query or nvmlDeviceGetTemperatureV).
 """
 from __future__ import annotations
 
+import ctypes
 import types
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
-NOT_SUPPORTED, INVALID_ARGUMENT, GPU_IS_LOST, NOT_FOUND = 3, 2, 15, 6
-HW_THERMAL, SW_POWER_CAP, GPU_IDLE = 0x40, 0x4, 0x1
-GIB = 2**30
+import pynvml as real  # nvidia-ml-py: the structs, errors and constants the fake hands out
+
+GIB, MIB = 2**30, 2**20
+NOT_SUPPORTED, INVALID_ARGUMENT, GPU_IS_LOST, NOT_FOUND, FUNCTION_NOT_FOUND = (
+    real.NVML_ERROR_NOT_SUPPORTED, real.NVML_ERROR_INVALID_ARGUMENT, real.NVML_ERROR_GPU_IS_LOST,
+    real.NVML_ERROR_NOT_FOUND, real.NVML_ERROR_FUNCTION_NOT_FOUND)
+HW_THERMAL = real.nvmlClocksEventReasonHwThermalSlowdown
+NVMLError = real.NVMLError
 
 
-class NVMLError(Exception):
-    def __init__(self, value: int):
-        super().__init__(value)
-        self.value = value
+@dataclass
+class Slice:
+    """One MIG device (a GPU instance with one compute instance)."""
 
-    def __str__(self) -> str:
-        return {3: "Not Supported", 15: "GPU is lost", 2: "Invalid Argument", 6: "Not Found"}.get(self.value, "Unknown")
+    uuid: str
+    profile: str          # e.g. "3g.20gb"
+    total: int
+    used: int
+    gi: int
+    ci: int = 0
+
+
+@dataclass
+class GPU:
+    name: str
+    uuid: str
+    cc: tuple[int, int]
+    total: int
+    pci_bus_id: str
+    used: int = 2 * GIB                     # allocated by processes (v2 "used")
+    reserved: int = 0                       # kept by driver/firmware (v2 "reserved")
+    busy: tuple[int, int] = (30, 10)        # utilisation: gpu %, memory %
+    gpm: bool = False
+    mig: list[Slice | None] | None = None   # None: MIG off; a list of slots (None = empty slot): MIG on
+    unsupported: frozenset[str] = frozenset()
+    lost_at: int | None = None              # tick from which the GPU is lost (GPU_IS_LOST)
+    used_at: Callable[[int], int] | None = None
+    processes: list[tuple[int, int | None]] = field(default_factory=list)
+
+
+def _uuid(c: str) -> str:
+    return f"GPU-{c * 8}-{c * 4}-{c * 4}-{c * 4}-{c * 12}"
+
+
+def scripted_machine() -> list[GPU]:
+    return [
+        GPU("NVIDIA H100 80GB HBM3", _uuid("a"), (9, 0), 80 * GIB, "00000000:01:00.0", busy=(95, 40), gpm=True,
+            reserved=512 * MIB, used_at=lambda t: (10 + t) * GIB),
+        GPU("Tesla T4", _uuid("b"), (7, 5), 15 * GIB, "00000000:02:00.0",
+            unsupported=frozenset({"nvmlDeviceGetPowerUsage", "nvmlDeviceGetTotalEnergyConsumption",
+                                   "nvmlDeviceGetPcieThroughput"}), lost_at=10),
+        GPU("NVIDIA A100-SXM4-40GB", _uuid("c"), (8, 0), 40 * GIB, "00000000:03:00.0",
+            mig=[Slice("MIG-11111111-2222-3333-4444-555555555555", "3g.20gb", 20 * GIB, 1 * GIB, gi=1),
+                 Slice("MIG-66666666-7777-8888-9999-000000000000", "1g.5gb", 5 * GIB, 2 * GIB, gi=9),
+                 None, None, None, None, None]),
+    ]
+
+
+def t4_colab() -> list[GPU]:
+    return [GPU("Tesla T4", "GPU-4f1e2d3c-0b9a-8877-6655-443322110000", (7, 5), 15360 * MIB, "00000000:00:04.0",
+                used=0, reserved=257 * MIB)]
+
+
+def a100_mig() -> list[GPU]:
+    return [GPU("NVIDIA A100-SXM4-40GB", "GPU-5d7e9c1a-2b3c-4d5e-6f70-8192a3b4c5d6", (8, 0), 40 * GIB,
+                "00000000:07:00.0", reserved=0,
+                mig=[Slice("MIG-a1b2c3d4-0001-5e6f-7a8b-9c0d1e2f3a4b", "3g.20gb", 19968 * MIB, 13 * MIB, gi=2),
+                     None, Slice("MIG-a1b2c3d4-0002-5e6f-7a8b-9c0d1e2f3a4b", "2g.10gb", 9856 * MIB, 11 * MIB, gi=3),
+                     None, None, None, None])]
+
+
+def h100_gpm() -> list[GPU]:
+    return [GPU("NVIDIA H100 80GB HBM3", "GPU-0c1d2e3f-4a5b-6c7d-8e9f-a0b1c2d3e4f5", (9, 0), 81559 * MIB,
+                "00000000:19:00.0", gpm=True, reserved=543 * MIB, used=4 * GIB)]
+
+
+def mixed() -> list[GPU]:
+    """PCI order puts the older, slower T4 first; CUDA's default (fastest first) most likely does not."""
+    return [GPU("Tesla T4", "GPU-7a7a7a7a-0000-1111-2222-333333333333", (7, 5), 15 * GIB, "00000000:3b:00.0"),
+            GPU("NVIDIA RTX A6000", "GPU-8b8b8b8b-0000-1111-2222-333333333333", (8, 6), 48 * GIB, "00000000:af:00.0")]
+
+
+def old_driver() -> list[GPU]:
+    return [GPU("Tesla V100-SXM2-16GB", "GPU-9c9c9c9c-0000-1111-2222-333333333333", (7, 0), 16 * GIB,
+                "00000000:00:1e.0", used=3 * GIB, reserved=300 * MIB)]
+
+
+MACHINES = {"scripted": scripted_machine, "t4_colab": t4_colab, "a100_mig": a100_mig, "h100_gpm": h100_gpm,
+            "mixed": mixed, "old_driver": old_driver}
+
+
+def reading(gpu: GPU, index: int, tick: int) -> dict:
+    """The scripted state of a GPU at sample ``tick``."""
+    return {
+        "power_mw": 350_000 + 1000 * tick,
+        "energy_mj": 1_000_000 + 35_000 * tick,       # 350 W x 0.1 s per tick
+        "temp": 60 + tick,
+        "sm_clock": 1500 if gpu.gpm and 5 <= tick <= 8 else 1980,
+        "mem_clock": 2619,
+        "reasons": HW_THERMAL if gpu.gpm and 5 <= tick <= 8 else 0,
+        "pcie_kb": (1000 * (tick + 1), 2000 * (tick + 1)),
+    }
 
 
 class Handle:
@@ -34,154 +133,229 @@ class Handle:
         return f"Handle({self.index}, mig={self.mig})"
 
 
-GPUS = [
-    {"name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-aaaaaaaa-0000-0000-0000-000000000000", "cc": (9, 0),
-     "total": 80 * GIB, "gpm": True, "mig": False},
-    {"name": "Tesla T4", "uuid": "GPU-bbbbbbbb-1111-1111-1111-111111111111", "cc": (7, 5),
-     "total": 15 * GIB, "gpm": False, "mig": False},
-    {"name": "NVIDIA A100-SXM4-40GB", "uuid": "GPU-cccccccc-2222-2222-2222-222222222222", "cc": (8, 0),
-     "total": 40 * GIB, "gpm": False, "mig": True},
-]
+def make_module(gpus: list[GPU] | None = None, *, driver: str = "570.86.15", cuda_driver: int = 12080,
+                init_error: int | None = None, memory_v2: bool = True, temperature_v: bool = True,
+                pci_info: bool = True, mig_mode: bool = True) -> types.ModuleType:
+    """A pynvml-shaped module over ``gpus`` (default: the three-GPU ``SCRIPTED`` machine).
 
-
-def reading(gpu: int, tick: int) -> dict:
-    """The scripted state of ``gpu`` at sample ``tick``."""
-    busy = 95 if gpu == 0 else 30
-    return {
-        "util": (busy, 40 if gpu == 0 else 10),
-        "used": (10 + tick) * GIB if gpu == 0 else 2 * GIB,
-        "power_mw": 350_000 + 1000 * tick,
-        "energy_mj": 1_000_000 + 35_000 * tick,       # 350 W x 0.1 s per tick
-        "temp": 60 + tick,
-        "sm_clock": 1500 if gpu == 0 and 5 <= tick <= 8 else 1980,
-        "mem_clock": 2619,
-        "reasons": HW_THERMAL if gpu == 0 and 5 <= tick <= 8 else 0,
-        "pcie_kb": (1000 * (tick + 1), 2000 * (tick + 1)),
-    }
-
-
-def make_module() -> types.ModuleType:
+    ``memory_v2=False``/``temperature_v=False`` model a driver older than those calls (the library
+    raises FUNCTION_NOT_FOUND); ``pci_info=False`` makes PCI info NotSupported; ``mig_mode=False``
+    leaves nvmlDeviceGetMigMode out, as an old nvidia-ml-py would.
+    """
+    gpus = scripted_machine() if gpus is None else gpus
     m = types.ModuleType("pynvml")
-    m.NVMLError = NVMLError
-    m.NVML_GPM_METRICS_GET_VERSION = 1
-    m.ticks = [0, 0, 0]
-    m.calls = []
-    m.freed = []
+    m.NVMLError = real.NVMLError
+    m.nvmlMemory_v2 = real.nvmlMemory_v2
+    m.NVML_GPM_METRICS_GET_VERSION = real.NVML_GPM_METRICS_GET_VERSION
+    m.c_nvmlGpmMetricsGet_t = real.c_nvmlGpmMetricsGet_t
+    m.gpus, m.ticks, m.calls, m.freed, m.allocated = gpus, [0] * len(gpus), [], [], []
 
-    def tick(h: Handle) -> int:
-        return m.ticks[h.index]
+    def gpu_of(h: Any) -> GPU:
+        if not isinstance(h, Handle) or not 0 <= h.index < len(gpus):
+            raise real.NVMLError(INVALID_ARGUMENT)
+        g = gpus[h.index]
+        if g.lost_at is not None and m.ticks[h.index] > g.lost_at:
+            raise real.NVMLError(GPU_IS_LOST)
+        return g
 
-    def need(h):
-        if not isinstance(h, Handle):
-            raise NVMLError(INVALID_ARGUMENT)
-        return h
+    def whole(h: Any, fn: str) -> GPU:
+        g = gpu_of(h)
+        if h.mig is not None or fn in g.unsupported:
+            raise real.NVMLError(NOT_SUPPORTED)
+        return g
 
-    def init():
+    def now(h: Handle) -> dict:
+        return reading(gpus[h.index], h.index, max(m.ticks[h.index] - 1, 0))
+
+    def used(g: GPU, h: Handle) -> int:
+        return g.used_at(max(m.ticks[h.index] - 1, 0)) if g.used_at else g.used
+
+    # ---- system and handles ----
+    def nvmlInit():
         m.calls.append("init")
+        if init_error:
+            raise real.NVMLError(init_error)
 
-    m.nvmlInit = init
-    m.nvmlShutdown = lambda: m.calls.append("shutdown")
-    m.nvmlSystemGetDriverVersion = lambda: b"570.86.15"
-    m.nvmlSystemGetCudaDriverVersion = lambda: 12080
-    m.nvmlDeviceGetCount = lambda: len(GPUS)
+    def nvmlShutdown():
+        m.calls.append("shutdown")
 
-    def by_index(i):
-        if not 0 <= i < len(GPUS):
-            raise NVMLError(INVALID_ARGUMENT)
-        return Handle(i)
+    def nvmlSystemGetDriverVersion():
+        return driver.encode()   # some nvidia-ml-py versions return bytes
 
-    def by_uuid(uuid):
+    def nvmlSystemGetCudaDriverVersion():
+        return cuda_driver
+
+    def nvmlDeviceGetCount():
+        return len(gpus)
+
+    def nvmlDeviceGetHandleByIndex(index):
+        if not 0 <= index < len(gpus):
+            raise real.NVMLError(INVALID_ARGUMENT)
+        return Handle(index)
+
+    def nvmlDeviceGetHandleByUUID(uuid):
         uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
-        for i, g in enumerate(GPUS):
-            if g["uuid"] == uuid:
+        for i, g in enumerate(gpus):
+            if g.uuid == uuid:
                 return Handle(i)
-        raise NVMLError(NOT_FOUND)
+        raise real.NVMLError(NOT_FOUND)
 
-    m.nvmlDeviceGetHandleByIndex = by_index
-    m.nvmlDeviceGetHandleByUUID = by_uuid
-    m.nvmlDeviceGetName = lambda h: GPUS[need(h).index]["name"]
-    m.nvmlDeviceGetUUID = lambda h: GPUS[need(h).index]["uuid"].encode()
-    m.nvmlDeviceGetCudaComputeCapability = lambda h: GPUS[need(h).index]["cc"]
-    m.nvmlDeviceGetPciInfo = lambda h: types.SimpleNamespace(busId=f"00000000:{need(h).index + 1:02x}:00.0".encode())
-    m.nvmlDeviceGetMigMode = lambda h: [int(GPUS[need(h).index]["mig"]), int(GPUS[need(h).index]["mig"])]
+    def nvmlDeviceGetName(handle):
+        g = gpu_of(handle)
+        return g.name if handle.mig is None else f"{g.name} MIG {g.mig[handle.mig].profile}"
 
-    def utilization(h):
-        need(h)
-        if h.mig is not None:
-            raise NVMLError(NOT_SUPPORTED)
-        t = m.ticks[h.index]
-        m.ticks[h.index] += 1          # one utilisation read per sample: the script advances
-        if GPUS[h.index]["mig"]:
-            raise NVMLError(NOT_SUPPORTED)
-        if h.index == 1 and t >= 10:
-            raise NVMLError(GPU_IS_LOST)
-        gpu, mem = reading(h.index, t)["util"]
-        return types.SimpleNamespace(gpu=gpu, memory=mem)
+    def nvmlDeviceGetUUID(handle):
+        g = gpu_of(handle)
+        return (g.uuid if handle.mig is None else g.mig[handle.mig].uuid).encode()
 
-    def memory(h):
-        need(h)
-        if h.mig is not None:
-            return types.SimpleNamespace(total=20 * GIB, used=(h.mig + 1) * GIB, free=20 * GIB - (h.mig + 1) * GIB)
-        g = GPUS[h.index]
-        used = reading(h.index, max(tick(h) - 1, 0))["used"]
-        return types.SimpleNamespace(total=g["total"], used=used, free=g["total"] - used)
+    def nvmlDeviceGetCudaComputeCapability(handle):
+        return gpu_of(handle).cc
 
-    def scripted(key, unsupported_on=()):
-        def fn(h, *args):
-            need(h)
-            if h.index in unsupported_on:
-                raise NVMLError(NOT_SUPPORTED)
-            return reading(h.index, max(tick(h) - 1, 0))[key]
-        return fn
+    def nvmlDeviceGetPciInfo(handle):
+        g = gpu_of(handle)
+        if not pci_info:
+            raise real.NVMLError(NOT_SUPPORTED)
+        return types.SimpleNamespace(busId=g.pci_bus_id.encode())
 
-    m.nvmlDeviceGetUtilizationRates = utilization
-    m.nvmlDeviceGetMemoryInfo = memory
-    m.nvmlDeviceGetPowerUsage = scripted("power_mw", unsupported_on=(1,))
-    m.nvmlDeviceGetTotalEnergyConsumption = scripted("energy_mj", unsupported_on=(1,))
-    m.nvmlDeviceGetTemperature = lambda h, sensor: scripted("temp")(h)
-    m.nvmlDeviceGetClockInfo = lambda h, kind: scripted("sm_clock" if kind == 1 else "mem_clock")(h)
-    m.nvmlDeviceGetCurrentClocksEventReasons = scripted("reasons")
+    def nvmlDeviceGetMigMode(device):
+        g = gpu_of(device)
+        if g.mig is None and g.cc < (8, 0):
+            raise real.NVMLError(NOT_SUPPORTED)
+        on = int(g.mig is not None)
+        return [on, on]
 
-    def pcie(h, counter):
-        need(h)
-        if h.index == 1:
-            raise NVMLError(NOT_SUPPORTED)
-        return reading(h.index, max(tick(h) - 1, 0))["pcie_kb"][counter]
+    def nvmlDeviceGetMaxMigDeviceCount(device):
+        g = gpu_of(device)
+        return len(g.mig) if g.mig is not None else 0
 
-    m.nvmlDeviceGetPcieThroughput = pcie
-    m.nvmlDeviceGetMaxMigDeviceCount = lambda h: 2 if GPUS[need(h).index]["mig"] else 0
-    m.nvmlDeviceGetMigDeviceHandleByIndex = lambda h, i: Handle(need(h).index, mig=i)
+    def nvmlDeviceGetMigDeviceHandleByIndex(device, index):
+        g = gpu_of(device)
+        if g.mig is None or not 0 <= index < len(g.mig):
+            raise real.NVMLError(INVALID_ARGUMENT)
+        if g.mig[index] is None:
+            raise real.NVMLError(NOT_FOUND)           # an empty slot: normal on a partitioned card
+        return Handle(device.index, mig=index)
 
-    # GPM (Hopper+): samples, and metrics computed between two of them
-    m.nvmlGpmQueryDeviceSupport = lambda h: types.SimpleNamespace(version=1,
-                                                                   isSupportedDevice=int(GPUS[need(h).index]["gpm"]))
-    m.nvmlGpmSampleAlloc = lambda: types.SimpleNamespace(tick=None)
+    def nvmlDeviceGetGpuInstanceId(device):
+        return gpu_of(device).mig[device.mig].gi
 
-    def sample_get(h, s):
-        need(h)
-        if not GPUS[h.index]["gpm"]:
-            raise NVMLError(NOT_SUPPORTED)
-        s.tick = tick(h)
+    def nvmlDeviceGetComputeInstanceId(device):
+        return gpu_of(device).mig[device.mig].ci
+
+    # ---- metrics ----
+    def nvmlDeviceGetUtilizationRates(handle):
+        g = gpu_of(handle)
+        if handle.mig is not None:
+            raise real.NVMLError(NOT_SUPPORTED)
+        m.ticks[handle.index] += 1          # one utilisation read per sample: the script advances
+        if g.mig is not None:
+            raise real.NVMLError(NOT_SUPPORTED)
+        if g.lost_at is not None and m.ticks[handle.index] > g.lost_at:
+            raise real.NVMLError(GPU_IS_LOST)
+        u = real.c_nvmlUtilization_t()
+        u.gpu, u.memory = g.busy
+        return u
+
+    def nvmlDeviceGetMemoryInfo(handle, version=None):
+        g = gpu_of(handle)
+        if handle.mig is not None:
+            s = g.mig[handle.mig]
+            total, use, res = s.total, s.used, 0
+        else:
+            total, use, res = g.total, used(g, handle), g.reserved
+        if version:
+            if not memory_v2:
+                raise real.NVMLError(FUNCTION_NOT_FOUND)   # the library finds no nvmlDeviceGetMemoryInfo_v2
+            if version != real.nvmlMemory_v2:
+                raise real.NVMLError(real.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+            mem = real.c_nvmlMemory_v2_t()
+            mem.version, mem.total, mem.reserved, mem.used, mem.free = version, total, res, use, total - res - use
+            return mem
+        mem = real.c_nvmlMemory_t()
+        mem.total, mem.used, mem.free = total, use + res, total - res - use   # v1: used includes the reserve
+        return mem
+
+    def nvmlDeviceGetComputeRunningProcesses(handle):
+        g = gpu_of(handle)
+        return [types.SimpleNamespace(pid=pid, usedGpuMemory=b, gpuInstanceId=0xFFFFFFFF,
+                                      computeInstanceId=0xFFFFFFFF) for pid, b in g.processes]
+
+    def nvmlDeviceGetPowerUsage(handle):
+        return now(handle)["power_mw"] if whole(handle, "nvmlDeviceGetPowerUsage") else None
+
+    def nvmlDeviceGetTotalEnergyConsumption(handle):
+        return now(handle)["energy_mj"] if whole(handle, "nvmlDeviceGetTotalEnergyConsumption") else None
+
+    def nvmlDeviceGetTemperatureV(handle, sensor, version=real.nvmlTemperature_v1):
+        if not temperature_v:
+            raise real.NVMLError(FUNCTION_NOT_FOUND)
+        whole(handle, "nvmlDeviceGetTemperatureV")
+        if sensor != real.NVML_TEMPERATURE_GPU:
+            raise real.NVMLError(INVALID_ARGUMENT)
+        return now(handle)["temp"]
+
+    def nvmlDeviceGetTemperature(handle, sensor):
+        m.calls.append("deprecated temperature")
+        whole(handle, "nvmlDeviceGetTemperature")
+        if sensor != real.NVML_TEMPERATURE_GPU:
+            raise real.NVMLError(INVALID_ARGUMENT)
+        return now(handle)["temp"]
+
+    def nvmlDeviceGetClockInfo(handle, type):  # noqa: A002 - pynvml's parameter name
+        whole(handle, "nvmlDeviceGetClockInfo")
+        return now(handle)["sm_clock" if type == real.NVML_CLOCK_SM else "mem_clock"]
+
+    def nvmlDeviceGetCurrentClocksEventReasons(handle):
+        whole(handle, "nvmlDeviceGetCurrentClocksEventReasons")
+        return now(handle)["reasons"]
+
+    def nvmlDeviceGetPcieThroughput(device, counter):
+        whole(device, "nvmlDeviceGetPcieThroughput")
+        return now(device)["pcie_kb"][counter]
+
+    # ---- GPM (Hopper+): samples, and metrics computed between two of them ----
+    def nvmlGpmQueryDeviceSupport(device):
+        g = gpu_of(device)
+        s = real.c_nvmlGpmSupport_t()
+        s.version, s.isSupportedDevice = real.NVML_GPM_SUPPORT_VERSION, int(g.gpm and device.mig is None)
         return s
 
-    class Metric:
-        def __init__(self):
-            self.metricId, self.nvmlReturn, self.value = 0, 0, 0.0
+    def nvmlGpmSampleAlloc():
+        # a real c_nvmlGpmSample_t (a pointer), distinct per sample, as NVML's allocation would be
+        s = ctypes.pointer(real.struct_c_nvmlGpmSample_t())
+        m.allocated.append(s)
+        return s
 
-    class MetricsGet:  # c_nvmlGpmMetricsGet_t
-        def __init__(self):
-            self.version, self.numMetrics, self.sample1, self.sample2 = 0, 0, None, None
-            self.metrics = [Metric() for _ in range(8)]
+    def nvmlGpmSampleGet(device, gpmSample):
+        g = gpu_of(device)
+        if not isinstance(gpmSample, real.c_nvmlGpmSample_t):
+            raise real.NVMLError(INVALID_ARGUMENT)
+        if not g.gpm:
+            raise real.NVMLError(NOT_SUPPORTED)
+        return gpmSample
 
-    def metrics_get(req):
-        if req.version != 1 or req.sample1 is None or req.sample2 is None:
-            raise NVMLError(INVALID_ARGUMENT)
-        for metric in req.metrics[: req.numMetrics]:
-            metric.value = {2: 88.0, 5: 61.5}.get(metric.metricId, 0.0)
-        return req
+    def nvmlGpmSampleFree(gpmSample):
+        m.freed.append(gpmSample)
 
-    m.c_nvmlGpmMetricsGet_t = MetricsGet
-    m.nvmlGpmSampleGet = sample_get
-    m.nvmlGpmMetricsGet = metrics_get
-    m.nvmlGpmSampleFree = lambda s: m.freed.append(s)
+    def nvmlGpmMetricsGet(metricsGet):
+        if metricsGet.version != real.NVML_GPM_METRICS_GET_VERSION:
+            raise real.NVMLError(real.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        if metricsGet.sample1 is None or metricsGet.sample2 is None:
+            raise real.NVMLError(INVALID_ARGUMENT)
+        values = {real.NVML_GPM_METRIC_SM_UTIL: 88.0, real.NVML_GPM_METRIC_ANY_TENSOR_UTIL: 61.5}
+        for i in range(metricsGet.numMetrics):
+            metricsGet.metrics[i].value = values.get(metricsGet.metrics[i].metricId, 0.0)
+        return metricsGet
+
+    fns = {k: v for k, v in locals().items() if k.startswith("nvml") and callable(v)}
+    if not mig_mode:
+        fns.pop("nvmlDeviceGetMigMode")
+    for k, v in fns.items():
+        setattr(m, k, v)
     return m
+
+
+def machine_from_tuples(gpus) -> list[GPU]:
+    """GPUs from ``(name, compute capability, total bytes)`` tuples (the simple conftest factory)."""
+    return [GPU(n, f"GPU-0000000{i}-aaaa-bbbb-cccc-dddddddddddd", cc, total, f"00000000:{i + 1:02x}:00.0", used=0)
+            for i, (n, cc, total) in enumerate(gpus)]

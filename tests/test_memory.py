@@ -130,8 +130,8 @@ def test_find_max_batch_size_grows_bisects_and_leaks_nothing():
 def test_find_max_batch_size_on_cuda_path_with_a_fake_allocator(monkeypatch):
     """The CUDA branch: real OOM exceptions from the step, the allocator's peak, cache emptied after each OOM."""
     state = {"allocated": 0, "peak": 0, "emptied": 0}
-    monkeypatch.setattr(torch.cuda, "get_device_properties",
-                        lambda d: type("P", (), {"total_memory": 1000 * gl.MiB})())
+    # 1200 MiB card: the context, a resident model and another process leave 1000 MiB free at the start
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (1000 * gl.MiB, 1200 * gl.MiB))
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda d=None: state["allocated"])
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda d=None: state["peak"])
     monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda d=None: state.update(peak=state["allocated"]))
@@ -145,9 +145,23 @@ def test_find_max_batch_size_on_cuda_path_with_a_fake_allocator(monkeypatch):
         state["peak"] = max(state["peak"], state["allocated"] + need)
 
     search = gl.find_max_batch_size(step, start=64, device="cuda:0", time_trials=False)
-    assert 985 <= search.max_batch_size <= 1000 and search.capacity_bytes == 1000 * gl.MiB
+    assert 985 <= search.max_batch_size <= 1000 and search.capacity_bytes == 1000 * gl.MiB   # free, not total
     assert state["emptied"] >= len(search.trials)
-    assert search.recommended <= 900
+    assert search.recommended <= 900 and "free at the start" in repr(search)
+
+
+def test_find_max_batch_size_stops_before_tensors_pass_2_31_elements():
+    """A step whose activations are (batch, 2**20) elements: past batch 2047 a tensor has over 2**31 elements.
+    On meta tensors nothing is allocated, so only the element cap can stop the search."""
+    seen = []
+
+    def step(n):
+        seen.append(n)
+        torch.empty(n, 2**20, device="meta").relu()
+
+    search = gl.find_max_batch_size(step, start=8, limit=1 << 20, budget=1 << 60, time_trials=False)
+    assert max(seen) <= 2047 and search.max_batch_size == 2047
+    assert any("2**31" in n for n in search.notes)
 
 
 def test_find_max_batch_size_errors():

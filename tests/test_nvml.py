@@ -38,3 +38,107 @@ def test_init_failure_becomes_status(fake_nvml):
     fake_nvml(init_error=9)  # DRIVER_NOT_LOADED
     st = nvml.status()
     assert not st.available and st.error
+
+
+# ---- recorded machines: memory v2, MIG, order, GPM, older drivers --------------------------------------
+GiB, MiB = 2**30, 2**20
+
+
+def test_memory_v2_keeps_the_driver_reserve_apart(fake_nvml):
+    fake_nvml(machine="t4_colab")
+    mem = nvml.memory_info(nvml.device_handle(nvml.devices()[0]))
+    # what nvidia-smi shows on an idle Colab T4: 0 MiB used of 15360 MiB, 257 MiB reserved by the driver
+    assert (mem.version, mem.used_bytes, mem.reserved_bytes, mem.total_bytes) == (2, 0, 257 * MiB, 15360 * MiB)
+    assert mem.free_bytes == mem.total_bytes - mem.reserved_bytes - mem.used_bytes and not mem.note
+
+
+def test_memory_falls_back_to_v1_once_with_a_note(fake_nvml):
+    fake = fake_nvml(machine="old_driver", memory_v2=False, temperature_v=False)
+    h = nvml.device_handle(nvml.devices()[0])
+    mem = nvml.memory_info(h)
+    assert mem.version == 1 and mem.reserved_bytes is None and "reserve" in mem.note
+    assert mem.used_bytes == 3 * GiB + 300 * MiB          # v1 folds the reserve into "used"
+    calls = []
+    real_get = fake.nvmlDeviceGetMemoryInfo
+    fake.nvmlDeviceGetMemoryInfo = lambda handle, version=None: calls.append(version) or real_get(handle, version)
+    nvml.memory_info(h)
+    assert calls == [None]                                 # the missing v2 call is not asked again
+    assert nvml.temperature_c(h) == 60 and "deprecated temperature" in fake.calls   # old driver: old call
+
+
+def test_temperature_uses_the_current_call(fake_nvml):
+    fake = fake_nvml(machine="h100_gpm")
+    assert nvml.temperature_c(nvml.device_handle(nvml.devices()[0])) == 60
+    assert "deprecated temperature" not in fake.calls
+
+
+def test_mig_slices_their_memory_and_empty_slots_are_quiet(fake_nvml, caplog):
+    fake_nvml(machine="a100_mig")
+    (card,) = nvml.devices()
+    with caplog.at_level(logging.INFO, logger="gpulab"):
+        slices = nvml.mig_devices(card)
+    assert [s.mig_index for s in slices] == [0, 2]                    # slots 1, 3-6 are empty: NOT_FOUND
+    assert not [r for r in caplog.records if "MigDeviceHandle" in r.getMessage()]
+    assert slices[0].name == "NVIDIA A100-SXM4-40GB MIG 3g.20gb" and slices[0].memory_total_bytes == 19968 * MiB
+    assert slices[1].uuid == "MIG-a1b2c3d4-0002-5e6f-7a8b-9c0d1e2f3a4b" and slices[1].parent_uuid == card.uuid
+    mem = nvml.memory_info(nvml.device_handle(slices[1]))
+    assert mem.total_bytes == 9856 * MiB and mem.used_bytes == 11 * MiB   # the slice's own memory, not the card's
+
+    pinned = nvml.device_order({"CUDA_VISIBLE_DEVICES": "MIG-a1b2c3d4-0002-5e6f-7a8b-9c0d1e2f3a4b"})
+    assert [d.uuid for d in pinned.devices] == [slices[1].uuid] and not pinned.ambiguous
+    unset = nvml.device_order({})
+    assert unset.devices == (slices[0],) and unset.ambiguous        # two slices: which one CUDA uses is a choice
+    assert any("MIG-a1b2c3d4-0002" in n and "CUDA_VISIBLE_DEVICES" in n for n in unset.notes)
+
+
+def test_mixed_gpus_order_is_flagged_until_pinned(fake_nvml):
+    fake_nvml(machine="mixed")
+    assert [d.name for d in nvml.devices()] == ["Tesla T4", "NVIDIA RTX A6000"]          # NVML: PCI order
+    guess = nvml.device_order({})
+    assert guess.ambiguous and [d.name for d in guess.devices] == ["NVIDIA RTX A6000", "Tesla T4"]
+    assert any("CUDA_DEVICE_ORDER=PCI_BUS_ID" in n for n in guess.notes)
+    pinned = nvml.device_order({"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "0"})
+    assert not pinned.ambiguous and [d.name for d in pinned.devices] == ["Tesla T4"]
+    by_uuid = nvml.device_order({"CUDA_VISIBLE_DEVICES": "GPU-8b8b"})
+    assert not by_uuid.ambiguous and [d.name for d in by_uuid.devices] == ["NVIDIA RTX A6000"]
+
+
+def test_torch_uuids_decide_once_cuda_is_up(fake_nvml, monkeypatch):
+    import torch
+
+    fake_nvml(machine="mixed")
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    uuids = ["7a7a7a7a-0000-1111-2222-333333333333", "8b8b8b8b-0000-1111-2222-333333333333"]  # T4 first
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: type("P", (), {"uuid": uuids[i]})())
+    order = nvml.device_order({})
+    assert order.source == "torch" and not order.ambiguous
+    assert [d.name for d in order.devices] == ["Tesla T4", "NVIDIA RTX A6000"]
+
+
+def test_torch_maps_a_mig_slice_by_its_uuid(fake_nvml, monkeypatch):
+    import torch
+
+    fake_nvml(machine="a100_mig")
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    props = type("P", (), {"uuid": "a1b2c3d4-0002-5e6f-7a8b-9c0d1e2f3a4b"})()
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: props)
+    (dev,) = nvml.visible_devices()
+    assert dev.is_mig and dev.name.endswith("2g.10gb")
+    assert nvml.cuda_memory_info(0).total_bytes == 9856 * MiB
+
+
+def test_a_failed_gpm_reading_frees_its_sample(fake_nvml):
+    from gpulab.telemetry.gpu import GPUSampler
+
+    fake = fake_nvml(machine="h100_gpm")
+    s = GPUSampler(nvml.devices()[0])
+    s.sample(0.0)
+    s.sample(0.1)
+    assert s.gpm and len(fake.freed) == 1
+    fake.gpus[0].gpm = False                     # nvmlGpmSampleGet now fails (e.g. a driver hiccup)
+    s.sample(0.2)
+    assert len(fake.allocated) == 3 and fake.allocated[2] in fake.freed
+    s.close()
+    assert all(any(a is f for f in fake.freed) for a in fake.allocated)   # nothing leaked

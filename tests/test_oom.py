@@ -174,6 +174,15 @@ def test_cuda_shaped_message_fragmentation_context_and_others():
     capped = gl.explain_oom(CURRENT, model=model, batch=x, device="cuda:0", capacity_bytes=2 * GiB,
                             scan_references=False)
     assert capped.usable_bytes == 2 * GiB
+    assert report.value("driver reserve (NVML)") is None                # no NVML here
+
+
+def test_explain_oom_shows_the_driver_reserve_apart(fake_nvml):
+    fake = fake_nvml(machine="t4_colab")
+    report = gl.explain_oom(CURRENT, device="cuda:0", scan_references=False)
+    assert report.value("driver reserve (NVML)") == 257 * 2**20
+    assert report.usable_bytes == round(39.56 * GiB) - round(1.2 * GiB) - round(1.5 * GiB)   # not subtracted twice
+    assert fake.calls.count("init") == 1
 
 
 def test_text_only_gradients_and_graph_holders():
@@ -309,15 +318,15 @@ def _fake_cuda(allocated=3 * GiB, reserved=4 * GiB, total=16 * GiB, free=10 * Gi
     def record(**kw):
         calls.append(("record", kw))
 
-    def dump(path):
-        calls.append(("dump", path))
-        with open(path, "wb") as f:
+    def dump(filename):
+        calls.append(("dump", filename))
+        with open(filename, "wb") as f:
             f.write(b"snapshot")
     return types.SimpleNamespace(
-        is_available=lambda: True, current_device=lambda: 0, mem_get_info=lambda i=None: (free, total),
-        memory_allocated=lambda i=None: allocated, memory_reserved=lambda i=None: reserved,
-        max_memory_allocated=lambda i=None: allocated + GiB,
-        memory_stats=lambda i=None: {"inactive_split_bytes.all.current": 256 * MiB, "num_alloc_retries": 2,
+        is_available=lambda: True, current_device=lambda: 0, mem_get_info=lambda device=None: (free, total),
+        memory_allocated=lambda device=None: allocated, memory_reserved=lambda device=None: reserved,
+        max_memory_allocated=lambda device=None: allocated + GiB,
+        memory_stats=lambda device=None: {"inactive_split_bytes.all.current": 256 * MiB, "num_alloc_retries": 2,
                                      "num_ooms": 1},
         memory=types.SimpleNamespace(_record_memory_history=record, _dump_snapshot=dump), calls=calls)
 
@@ -329,22 +338,30 @@ def test_cuda_memory_state_with_fake():
 
 
 def test_reconcile_memory_with_fake_cuda_and_nvml(fake_nvml, monkeypatch):
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     fake = fake_nvml(gpus=(("Tesla T4", (7, 5), 16 * GiB),))
-    fake.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(total=16 * GiB, used=7 * GiB, free=9 * GiB)
-    fake.nvmlDeviceGetComputeRunningProcesses = lambda h: [
-        types.SimpleNamespace(pid=os.getpid(), usedGpuMemory=int(4.5 * GiB)),
-        types.SimpleNamespace(pid=1, usedGpuMemory=2 * GiB),
-        types.SimpleNamespace(pid=2, usedGpuMemory=None)]          # NVML cannot tell (e.g. WDDM)
+    t4 = fake.gpus[0]
+    t4.used, t4.reserved = int(6.5 * GiB), GiB // 2      # v2: processes' 6.5 GiB; the driver keeps 0.5 GiB apart
+    t4.processes = [(os.getpid(), int(4.5 * GiB)), (1, 2 * GiB), (2, None)]   # None: NVML cannot tell (WDDM)
     assert gl.nvml_processes(0) == [(os.getpid(), int(4.5 * GiB)), (1, 2 * GiB), (2, None)]
     r = gl.reconcile_memory(cuda=_fake_cuda())
     assert r.available
-    assert r.value("NVML used") == 7 * GiB and r.value("PyTorch reserved") == 4 * GiB
+    assert r.value("NVML used") == int(6.5 * GiB) and r.value("driver reserve (NVML)") == GiB // 2
+    assert r.value("PyTorch reserved") == 4 * GiB
     assert r.value("cached (reserved - allocated)") == GiB
     assert r.value("CUDA context + non-PyTorch") == int(0.5 * GiB)    # 4.5 GiB for this process - 4 GiB reserved
     assert r.value("other processes (NVML)") == 2 * GiB
-    assert "CUDA context" in repr(r) and r.to_dataframe().loc["NVML used", "bytes"] == 7 * GiB
+    assert "CUDA context" in repr(r) and r.to_dataframe().loc["NVML used", "bytes"] == int(6.5 * GiB)
+    st = gl.cuda_memory_state(cuda=_fake_cuda())
+    assert (st.nvml_used_bytes, st.driver_reserved_bytes) == (int(6.5 * GiB), GiB // 2)
     assert not gl.reconcile_memory(cuda=types.SimpleNamespace(is_available=lambda: False)).available
+
+
+def test_reconcile_memory_on_a_pre_r510_driver_says_used_includes_the_reserve(fake_nvml):
+    fake = fake_nvml(gpus=(("Tesla T4", (7, 5), 16 * GiB),), memory_v2=False)
+    fake.gpus[0].used, fake.gpus[0].reserved = 6 * GiB, GiB // 2
+    r = gl.reconcile_memory(cuda=_fake_cuda())
+    assert r.value("NVML used") == int(6.5 * GiB) and r.value("driver reserve (NVML)") is None
+    assert "reserve" in r.note
 
 
 def test_capture_memory_history_with_fake(tmp_path):

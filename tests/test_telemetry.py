@@ -13,6 +13,7 @@ import torch
 
 import gpulab as gl
 from gpulab.telemetry import nvml
+from gpulab.telemetry.gpu import GPUSampler, throttle_names
 from gpulab.telemetry.diagnose import diagnose
 from gpulab.telemetry.sampler import Monitor
 from gpulab.telemetry.trace import Mark, Trace
@@ -27,6 +28,7 @@ def scripted(monkeypatch):
     nvml._reset()
     monkeypatch.setattr(nvml, "_load", lambda: fake)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")   # three GPU models: pin CUDA's order to NVML's
     yield fake
     nvml._reset()
 
@@ -39,10 +41,11 @@ def sample_n(sampler, n, dt=0.1):
 def test_every_metric_of_a_hopper_gpu(scripted):
     h100 = nvml.visible_devices()[0]
     assert h100.name == "NVIDIA H100 80GB HBM3" and h100.compute_capability == (9, 0)
-    rows = sample_n(nvml.GPUSampler(h100), 12)
+    rows = sample_n(GPUSampler(h100), 12)
     r = rows[3]
     assert r["gpu_util_pct"] == 95 and r["mem_util_pct"] == 40
-    assert r["mem_used_bytes"] == 13 * 2**30 and r["mem_total_bytes"] == 80 * 2**30
+    assert r["mem_used_bytes"] == 13 * 2**30 and r["mem_total_bytes"] == 80 * 2**30   # v2: the reserve apart
+    assert r["mem_reserved_bytes"] == 512 * 2**20
     assert r["power_w"] == pytest.approx(353.0) and r["energy_j"] == pytest.approx(1105.0)
     assert r["temp_c"] == 63 and r["sm_clock_mhz"] == 1980 and r["mem_clock_mhz"] == 2619
     assert rows[0]["pcie_tx_bytes_per_s"] == 1000 * 1024 and rows[0]["pcie_rx_bytes_per_s"] == 2000 * 1024
@@ -53,24 +56,24 @@ def test_every_metric_of_a_hopper_gpu(scripted):
 
 
 def test_pcie_is_read_at_most_once_a_second(scripted):
-    s = nvml.GPUSampler(nvml.visible_devices()[0])
+    s = GPUSampler(nvml.visible_devices()[0])
     rows = sample_n(s, 12, dt=0.1)
     assert rows[5]["pcie_tx_bytes_per_s"] == rows[0]["pcie_tx_bytes_per_s"]   # reused within 1 s
     assert rows[11]["pcie_tx_bytes_per_s"] != rows[0]["pcie_tx_bytes_per_s"]  # re-read after 1 s
 
 
 def test_throttle_episode(scripted):
-    rows = sample_n(nvml.GPUSampler(nvml.visible_devices()[0]), 12)
+    rows = sample_n(GPUSampler(nvml.visible_devices()[0]), 12)
     throttled = [i for i, r in enumerate(rows) if r["throttled"]]
     assert throttled == [5, 6, 7, 8]
     assert rows[6]["sm_clock_mhz"] == 1500
-    assert nvml.throttle_names(rows[6]["throttle_reasons"]) == ["hw_thermal"]
+    assert throttle_names(rows[6]["throttle_reasons"]) == ["hw_thermal"]
 
 
 def test_not_supported_metrics_are_missing_data_logged_once(scripted, caplog):
     t4 = nvml.visible_devices()[1]
     with caplog.at_level(logging.INFO, logger="gpulab"):
-        rows = sample_n(nvml.GPUSampler(t4), 4)
+        rows = sample_n(GPUSampler(t4), 4)
     assert all(r["power_w"] is None and r["energy_j"] is None and r["pcie_tx_bytes_per_s"] is None for r in rows)
     assert rows[0]["gpu_util_pct"] == 30 and "sm_active_pct" not in rows[0]
     power_logs = [rec for rec in caplog.records if "nvmlDeviceGetPowerUsage" in rec.getMessage()]
@@ -78,35 +81,44 @@ def test_not_supported_metrics_are_missing_data_logged_once(scripted, caplog):
 
 
 def test_driver_error_mid_run_keeps_sampling(scripted):
-    rows = sample_n(nvml.GPUSampler(nvml.visible_devices()[1]), 14)
-    assert rows[9]["gpu_util_pct"] == 30
+    rows = sample_n(GPUSampler(nvml.visible_devices()[1]), 14)
+    assert rows[9]["gpu_util_pct"] == 30 and rows[9]["mem_used_bytes"] == 2 * 2**30
     assert [r["gpu_util_pct"] for r in rows[10:]] == [None] * 4   # GPU lost: missing, not raised
-    assert all(r["mem_used_bytes"] is not None for r in rows)
+    assert [r["mem_used_bytes"] for r in rows[11:]] == [None] * 3  # every later call fails too: still no raise
 
 
-def test_mig_device(scripted):
-    a100 = nvml.visible_devices()[2]
-    assert a100.mig_enabled is True
-    rows = sample_n(nvml.GPUSampler(a100), 3)
+def test_mig_slice_reports_its_own_memory_and_the_card_sums_them(scripted):
+    a100_slice = nvml.visible_devices()[2]
+    assert a100_slice.is_mig and a100_slice.uuid.startswith("MIG-") and a100_slice.name.endswith("MIG 3g.20gb")
+    rows = sample_n(GPUSampler(a100_slice), 3)
+    assert rows[0]["mem_used_bytes"] == 2**30 and rows[0]["mem_total_bytes"] == 20 * 2**30
+    assert "gpu_util_pct" not in rows[0]          # per-card metrics are not reported for a slice
+    card = nvml.devices()[2]
+    assert card.mig_enabled is True and not card.is_mig
+    rows = sample_n(GPUSampler(card), 3)
     assert rows[0]["gpu_util_pct"] is None
     assert rows[0]["mig_mem_used_bytes"] == 3 * 2**30          # 1 GiB + 2 GiB over two MIG instances
 
 
 @pytest.mark.parametrize("value,names", [
     ("1,0", ["Tesla T4", "NVIDIA H100 80GB HBM3"]),
-    ("2", ["NVIDIA A100-SXM4-40GB"]),
+    ("2", ["NVIDIA A100-SXM4-40GB MIG 3g.20gb"]),             # a MIG card is used through a slice
     ("GPU-bbbb", ["Tesla T4"]),                              # unique UUID prefix
     ("0,7,1", ["NVIDIA H100 80GB HBM3"]),                    # CUDA stops at the first invalid entry
     ("", []),
+    ("MIG-6666", ["NVIDIA A100-SXM4-40GB MIG 1g.5gb"]),       # a MIG slice by its UUID
+    ("MIG-6666,MIG-1111", ["NVIDIA A100-SXM4-40GB MIG 1g.5gb"]),  # one MIG slice per process
+    ("MIG-GPU-cccccccc-cccc-cccc-cccc-cccccccccccc/9/0", ["NVIDIA A100-SXM4-40GB MIG 1g.5gb"]),  # the older form
 ])
 def test_visible_devices_follow_cuda_visible_devices(scripted, value, names):
-    assert [d.name for d in nvml.visible_devices({"CUDA_VISIBLE_DEVICES": value})] == names
+    env = {"CUDA_VISIBLE_DEVICES": value, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    assert [d.name for d in nvml.visible_devices(env)] == names
 
 
 def test_visible_devices_prefer_torch_uuids(scripted, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    props = type("P", (), {"uuid": "cccccccc-2222-2222-2222-222222222222"})()
+    props = type("P", (), {"uuid": "cccccccc-cccc-cccc-cccc-cccccccccccc"})()
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: props)
     assert [d.name for d in nvml.visible_devices({})] == ["NVIDIA A100-SXM4-40GB"]
 

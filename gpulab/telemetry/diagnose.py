@@ -145,7 +145,7 @@ def diagnose(trace: Any) -> Verdict:
         if "throttled" in f:
             thr = float(f["throttled"].fillna(False).astype(bool).mean())
             if thr >= THROTTLE_SHARE:
-                from .nvml import throttle_names
+                from .gpu import throttle_names
 
                 reasons = sorted({n for m in f.get("throttle_reasons", []).dropna() for n in throttle_names(int(m))
                                   if n not in ("gpu_idle", "applications_clocks")})

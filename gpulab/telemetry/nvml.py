@@ -5,6 +5,11 @@ Every call goes through :func:`query`, which initialises NVML lazily under a loc
 and shuts NVML down at interpreter exit. With no NVML library (no NVIDIA driver) :func:`status`
 says so and every query returns ``None``: a missing metric is data, not an exception.
 
+Which GPUs a CUDA process sees, in which order, is :func:`device_order`: NVML lists physical GPUs in
+PCI order and ignores ``CUDA_VISIBLE_DEVICES``; CUDA honours the variable, orders GPUs fastest-first
+unless ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, and gives a process at most one MIG slice. Devices are matched
+by UUID, never by position.
+
 Example:
     >>> from gpulab.telemetry import nvml
     >>> st = nvml.status()
@@ -15,23 +20,30 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
+import sys
 import threading
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any, Callable, Literal, Mapping
 
-__all__ = ["NVMLStatus", "NVMLDevice", "status", "devices", "query", "handle_by_uuid", "shutdown",
-           "visible_devices", "GPUSampler", "THROTTLE_REASONS", "SLOWDOWN_MASK", "throttle_names"]
+__all__ = ["NVMLStatus", "NVMLDevice", "MemoryInfo", "DeviceOrder", "status", "devices", "mig_devices",
+           "device_handle", "memory_info", "query", "handle_by_uuid", "shutdown", "visible_devices", "device_order",
+           "temperature_c", "cuda_memory_info", "cuda_handle", "first_answer", "gpm_metrics"]
 
 log = logging.getLogger("gpulab")
 
 _lock = threading.RLock()
 _state: dict[str, Any] = {"lib": None, "initialised": False, "error": None, "tried": False}
 _warned: set[str] = set()
+_unavailable: set[str] = set()   # calls this driver lacks (v2 memory, TemperatureV): asked once, then skipped
 _before_shutdown: list[Callable[[], None]] = []  # e.g. stop running samplers before NVML goes away
 
-# NVML return codes that mean "this metric is not available here" rather than a failure.
-_MISSING_CODES = {3, 4, 13}  # NOT_SUPPORTED, NO_PERMISSION, FUNCTION_NOT_FOUND
+# NVML return codes (nvml.h; tests check them against pynvml's NVML_ERROR_* constants).
+NOT_SUPPORTED, NO_PERMISSION, NOT_FOUND, FUNCTION_NOT_FOUND, ARGUMENT_VERSION_MISMATCH = 3, 4, 6, 13, 25
+# Codes that mean "this metric is not available here" rather than a failure.
+_MISSING_CODES = {NOT_SUPPORTED, NO_PERMISSION, FUNCTION_NOT_FOUND}
+_MEMORY_V2 = 0x02000028  # nvmlMemory_v2: sizeof(nvmlMemory_v2_t) | 2 << 24
 
 
 @dataclass(frozen=True)
@@ -53,7 +65,12 @@ class NVMLStatus:
 
 @dataclass(frozen=True)
 class NVMLDevice:
-    """Static facts about one physical GPU, in NVML's order (which ignores CUDA_VISIBLE_DEVICES)."""
+    """Static facts about one GPU or MIG slice.
+
+    ``index`` is NVML's index of the physical GPU (PCI order, blind to ``CUDA_VISIBLE_DEVICES``). A MIG
+    slice has ``parent_uuid`` (its card's ``GPU-…`` UUID), ``mig_index`` (its slot on the card) and its own
+    ``MIG-…`` UUID, name and memory.
+    """
 
     index: int
     name: str
@@ -62,6 +79,46 @@ class NVMLDevice:
     compute_capability: tuple[int, int] | None
     pci_bus_id: str | None = None
     mig_enabled: bool | None = None
+    parent_uuid: str | None = None
+    mig_index: int | None = None
+
+    @property
+    def is_mig(self) -> bool:
+        """True for a MIG slice (a ``MIG-…`` device), False for a whole GPU."""
+        return self.parent_uuid is not None
+
+
+@dataclass(frozen=True)
+class MemoryInfo:
+    """Device memory as NVML reports it, copied at one moment.
+
+    With the v2 query (drivers since R510) ``used_bytes`` is what processes allocated, which is what
+    ``nvidia-smi`` shows as used, and ``reserved_bytes`` is what the driver and firmware keep. The v1 query
+    folds the reserve into ``used_bytes``; then ``reserved_bytes`` is None and ``note`` says so.
+    """
+
+    total_bytes: int
+    free_bytes: int
+    used_bytes: int
+    reserved_bytes: int | None
+    version: Literal[1, 2]
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class DeviceOrder:
+    """The GPUs a CUDA process sees, in CUDA's order, and how sure that mapping is.
+
+    ``source`` says how the order was found: ``"torch"`` (UUIDs of the devices torch initialised: exact),
+    ``"env"`` (``CUDA_VISIBLE_DEVICES`` parsed like CUDA does) or ``"nvml"`` (NVML's PCI order). ``ambiguous``
+    is True when CUDA's fastest-first order could differ from PCI order (different GPU models and no
+    ``CUDA_DEVICE_ORDER=PCI_BUS_ID``) or when several MIG slices could be meant; ``notes`` say why and what to set.
+    """
+
+    devices: tuple[NVMLDevice, ...]
+    source: Literal["torch", "env", "nvml"]
+    ambiguous: bool = False
+    notes: tuple[str, ...] = ()
 
 
 def _load() -> ModuleType:
@@ -97,31 +154,65 @@ def _ensure() -> ModuleType | None:
         return lib
 
 
-def query(fn_name: str, *args: Any, default: Any = None) -> Any:
-    """Call ``pynvml.<fn_name>(*args)``; ``default`` when NVML or the metric is unavailable.
-
-    Unsupported metrics are logged once per function name. Other NVML errors are logged once
-    and also return ``default``: telemetry must never raise into the learner's code.
-    """
+def _call(fn_name: str, *args: Any, **kwargs: Any) -> tuple[Any, int | None]:
+    """``(result, None)`` or ``(None, NVML return code)``; code -1 when NVML is unusable or raised oddly."""
     lib = _ensure()
     if lib is None:
-        return default
+        return None, -1
     fn: Callable[..., Any] | None = getattr(lib, fn_name, None)
     if fn is None:
-        _once(fn_name, "not in this nvidia-ml-py")
-        return default
+        return None, FUNCTION_NOT_FOUND
     try:
-        return _text(fn(*args))
+        return _text(fn(*args, **kwargs)), None
     except Exception as e:
         code = getattr(e, "value", None)
-        _once(fn_name, "not supported here" if code in _MISSING_CODES else f"failed: {e}")
-        return default
+        if not isinstance(code, int):
+            _once(fn_name, f"failed: {e}")
+            return None, -1
+        return None, code
+
+
+def query(fn_name: str, *args: Any, default: Any = None, quiet: tuple[int, ...] = (), **kwargs: Any) -> Any:
+    """Call ``pynvml.<fn_name>(*args, **kwargs)``; ``default`` when NVML or the metric is unavailable.
+
+    Unsupported metrics are logged once per function name; return codes in ``quiet`` (e.g. ``NOT_FOUND``
+    for an empty MIG slot) are expected data and not logged. Other NVML errors are logged once and also
+    return ``default``: telemetry must never raise into the learner's code.
+    """
+    value, code = _call(fn_name, *args, **kwargs)
+    if code is None:
+        return value
+    if code != -1 and code not in quiet:
+        _once(fn_name, "not supported here" if code in _MISSING_CODES else f"failed (NVML error {code})")
+    return default
 
 
 def _once(fn_name: str, what: str) -> None:
     if fn_name not in _warned:
         _warned.add(fn_name)
         log.info("NVML %s %s; reported as missing", fn_name, what)
+
+
+def first_answer(calls: tuple[tuple[str, tuple[Any, ...], dict[str, Any]], ...]) -> Any:
+    """The first of several equivalent calls (newest API first) that this driver answers.
+
+    A call the driver or library lacks (function not found, version mismatch, not supported) is
+    remembered and not tried again in this process, so a fallback costs one failed call, once.
+    """
+    for name, args, kwargs in calls:
+        key = name + repr(sorted(kwargs))
+        if key in _unavailable:
+            continue
+        value, code = _call(name, *args, **kwargs)
+        if code is None:
+            return value
+        if code in (FUNCTION_NOT_FOUND, ARGUMENT_VERSION_MISMATCH) or (code == NOT_SUPPORTED and kwargs):
+            _unavailable.add(key)
+            continue
+        if code != -1:
+            _once(name, "not supported here" if code in _MISSING_CODES else f"failed (NVML error {code})")
+        return None
+    return None
 
 
 def status() -> NVMLStatus:
@@ -137,32 +228,209 @@ def status() -> NVMLStatus:
     )
 
 
+def memory_info(handle: Any) -> MemoryInfo | None:
+    """The memory of the GPU or MIG slice behind ``handle``: the v2 query where the driver has it, else v1.
+
+    Example:
+        >>> memory_info(None) is None      # no NVML here, or no such device
+        True
+    """
+    if handle is None:
+        return None
+    v2 = getattr(_state["lib"], "nvmlMemory_v2", _MEMORY_V2) if _state["lib"] is not None else _MEMORY_V2
+    m = first_answer((("nvmlDeviceGetMemoryInfo", (handle,), {"version": v2}),))
+    if m is not None:
+        return MemoryInfo(int(m.total), int(m.free), int(m.used), int(m.reserved), 2)
+    if "nvmlDeviceGetMemoryInfo" in _warned:
+        return None   # the device failed (not a missing v2): do not ask twice
+    m = query("nvmlDeviceGetMemoryInfo", handle)
+    if m is None:
+        return None
+    return MemoryInfo(int(m.total), int(m.free), int(m.used), None, 1,
+                      "NVML v1 memory query (driver before R510): used includes the driver's reserve")
+
+
+def temperature_c(handle: Any) -> float | None:
+    """GPU core temperature in °C (``nvmlDeviceGetTemperatureV``; the deprecated call on older drivers)."""
+    t = first_answer((("nvmlDeviceGetTemperatureV", (handle, _TEMP_GPU), {}),
+                ("nvmlDeviceGetTemperature", (handle, _TEMP_GPU), {})))
+    return None if t is None else float(t)
+
+
+def _device(i: int, h: Any) -> NVMLDevice:
+    mem = memory_info(h)
+    cc = query("nvmlDeviceGetCudaComputeCapability", h)
+    pci = query("nvmlDeviceGetPciInfo", h)
+    mig = query("nvmlDeviceGetMigMode", h)
+    return NVMLDevice(
+        index=i,
+        name=query("nvmlDeviceGetName", h) or f"GPU {i}",
+        uuid=query("nvmlDeviceGetUUID", h) or "",
+        memory_total_bytes=mem.total_bytes if mem is not None else None,
+        compute_capability=tuple(cc) if cc is not None else None,
+        pci_bus_id=_text(getattr(pci, "busId", None)) if pci is not None else None,
+        mig_enabled=bool(mig[0]) if mig is not None else None,
+    )
+
+
 def devices() -> list[NVMLDevice]:
-    """Every GPU NVML sees (an empty list without NVML)."""
+    """Every physical GPU NVML sees, in NVML's (PCI) order; an empty list without NVML."""
     out: list[NVMLDevice] = []
     for i in range(status().device_count):
         h = query("nvmlDeviceGetHandleByIndex", i)
-        if h is None:
+        if h is not None:
+            out.append(_device(i, h))
+    return out
+
+
+def mig_devices(gpu: NVMLDevice) -> list[NVMLDevice]:
+    """The MIG slices that exist on ``gpu`` (empty slots are skipped: ``NOT_FOUND`` is normal data)."""
+    if not gpu.mig_enabled or gpu.is_mig:
+        return []
+    h = device_handle(gpu)
+    out = []
+    for slot in range(query("nvmlDeviceGetMaxMigDeviceCount", h, default=0) or 0):
+        mh = query("nvmlDeviceGetMigDeviceHandleByIndex", h, slot, quiet=(NOT_FOUND, 2))
+        if mh is None:
             continue
-        mem = query("nvmlDeviceGetMemoryInfo", h)
-        cc = query("nvmlDeviceGetCudaComputeCapability", h)
-        pci = query("nvmlDeviceGetPciInfo", h)
-        mig = query("nvmlDeviceGetMigMode", h)
+        mem = memory_info(mh)
         out.append(NVMLDevice(
-            index=i,
-            name=query("nvmlDeviceGetName", h) or f"GPU {i}",
-            uuid=query("nvmlDeviceGetUUID", h) or "",
-            memory_total_bytes=int(mem.total) if mem is not None else None,
-            compute_capability=tuple(cc) if cc is not None else None,
-            pci_bus_id=_text(getattr(pci, "busId", None)) if pci is not None else None,
-            mig_enabled=bool(mig[0]) if mig is not None else None,
-        ))
+            index=gpu.index, name=query("nvmlDeviceGetName", mh) or f"{gpu.name} MIG slot {slot}",
+            uuid=query("nvmlDeviceGetUUID", mh) or "", memory_total_bytes=mem.total_bytes if mem else None,
+            compute_capability=gpu.compute_capability, pci_bus_id=gpu.pci_bus_id, mig_enabled=True,
+            parent_uuid=gpu.uuid, mig_index=slot))
     return out
 
 
 def handle_by_uuid(uuid: str) -> Any:
-    """The NVML handle of the GPU with this UUID (how CUDA device order is mapped), or None."""
-    return query("nvmlDeviceGetHandleByUUID", uuid)
+    """The NVML handle of the GPU with this UUID, or None."""
+    return query("nvmlDeviceGetHandleByUUID", uuid, quiet=(NOT_FOUND,))
+
+
+def device_handle(dev: NVMLDevice) -> Any:
+    """The NVML handle of a GPU or MIG slice (by UUID; a MIG slice through its card and slot)."""
+    if dev.is_mig:
+        parent = handle_by_uuid(dev.parent_uuid or "") or query("nvmlDeviceGetHandleByIndex", dev.index)
+        if parent is None or dev.mig_index is None:
+            return None
+        return query("nvmlDeviceGetMigDeviceHandleByIndex", parent, dev.mig_index, quiet=(NOT_FOUND,))
+    return (handle_by_uuid(dev.uuid) if dev.uuid else None) or query("nvmlDeviceGetHandleByIndex", dev.index)
+
+
+def _hex(uuid: str) -> str:
+    u = uuid.strip().lower()
+    for prefix in ("gpu-", "mig-"):
+        if u.startswith(prefix):
+            return u[len(prefix):]
+    return u
+
+
+def _torch_uuids() -> list[str] | None:
+    """UUIDs of the devices torch has initialised, in CUDA's order (None when CUDA is not up in torch)."""
+    torch = sys.modules.get("torch")
+    try:
+        if torch is None or not torch.cuda.is_initialized():
+            return None
+        return [_hex(str(torch.cuda.get_device_properties(i).uuid)) for i in range(torch.cuda.device_count())]
+    except Exception:
+        return None
+
+
+def device_order(env: Mapping[str, str] | None = None) -> DeviceOrder:
+    """The GPUs (or MIG slice) CUDA processes see, in CUDA's order, mapped to NVML devices by UUID.
+
+    Once torch has initialised CUDA its device UUIDs decide (exact). Otherwise ``CUDA_VISIBLE_DEVICES`` is
+    parsed as CUDA does: indices (in CUDA's order), ``GPU-`` UUID prefixes, ``MIG-`` UUIDs, stopping at the
+    first entry that matches nothing; a process gets one MIG slice, the first listed. Without the variable
+    every whole GPU is seen, plus one slice of a MIG-enabled card.
+
+    Example:
+        >>> device_order({}).devices == () or device_order({}).source in ("torch", "nvml")
+        True
+    """
+    env = os.environ if env is None else env
+    gpus = devices()
+    if not gpus:
+        return DeviceOrder((), "nvml")
+    slices = {g.uuid: mig_devices(g) for g in gpus if g.mig_enabled}
+    every = gpus + [s for ss in slices.values() for s in ss]
+    notes: list[str] = []
+    uuids = _torch_uuids()
+    if uuids is not None:
+        by_hex = {_hex(d.uuid): d for d in every}
+        found = tuple(by_hex[u] for u in uuids if u in by_hex)
+        if len(found) == len(uuids):
+            return DeviceOrder(found, "torch")
+        notes.append("torch's device UUIDs did not all match NVML's devices")
+    pci_pinned = env.get("CUDA_DEVICE_ORDER", "FASTEST_FIRST").strip().upper() == "PCI_BUS_ID"
+    ordered, ambiguous = list(gpus), False
+    if not pci_pinned and len({g.name for g in gpus}) > 1:
+        # CUDA's default order is fastest first, by a heuristic NVML cannot reproduce: the newest architecture
+        # first is the usual outcome, but only torch's UUIDs (or CUDA_DEVICE_ORDER=PCI_BUS_ID) make it certain.
+        ordered.sort(key=lambda g: g.compute_capability or (0, 0), reverse=True)
+        ambiguous = True
+        notes.append("different GPU models and CUDA_DEVICE_ORDER is not PCI_BUS_ID: CUDA orders them fastest "
+                     "first, which may differ from nvidia-smi's order; set CUDA_DEVICE_ORDER=PCI_BUS_ID before "
+                     "CUDA starts to make both agree")
+    all_slices = [s for ss in slices.values() for s in ss]
+    if all_slices and len(all_slices) > 1:
+        notes.append(f"MIG is enabled: {len(all_slices)} slices ({', '.join(f'{s.name} {s.uuid}' for s in all_slices)}); "
+                     "a CUDA process uses one slice: set CUDA_VISIBLE_DEVICES to the MIG-… UUID of the one to use "
+                     "(nvidia-smi -L)")
+
+    def expand(g: NVMLDevice) -> NVMLDevice | None:
+        """A MIG-enabled card is used through a slice (its first); a card with no slice gives nothing."""
+        return (slices.get(g.uuid) or [None])[0] if g.mig_enabled else g
+
+    spec = env.get("CUDA_VISIBLE_DEVICES")
+    tokens = [g.uuid for g in ordered] if spec is None else [t.strip() for t in spec.split(",")]
+    out: list[NVMLDevice] = []
+    for token in tokens:
+        t = token.lower()
+        match: NVMLDevice | None = None
+        if t.isdigit():
+            match = expand(ordered[int(t)]) if int(t) < len(ordered) else None
+        elif t.startswith("gpu-"):
+            hits = [g for g in gpus if g.uuid.lower().startswith(t)]
+            match = expand(hits[0]) if len(hits) == 1 else None
+        elif t.startswith("mig-"):
+            match = _mig_match(t, slices)
+        if match is not None and match.is_mig and any(d.is_mig for d in out):
+            notes.append(f"{match.name} ({match.uuid}) is not used: CUDA gives a process one MIG slice, the first")
+            continue
+        if match is None or match in out:
+            if spec is None:
+                continue
+            if match is None:
+                notes.append(f"CUDA_VISIBLE_DEVICES entry {token!r} matches no device: CUDA ignores it and "
+                             "every entry after it")
+            break  # CUDA stops enumerating at the first invalid entry
+        out.append(match)
+    if spec is not None:
+        ambiguous = ambiguous and any(t.strip().isdigit() for t in spec.split(","))
+    ambiguous = ambiguous or (spec is None and len(all_slices) > 1)
+    return DeviceOrder(tuple(out), "nvml" if spec is None else "env", ambiguous, tuple(notes))
+
+
+def _mig_match(token: str, slices: dict[str, list[NVMLDevice]]) -> NVMLDevice | None:
+    """A MIG slice named as ``MIG-<uuid>`` (R470+) or the older ``MIG-GPU-<uuid>/<gi>/<ci>``."""
+    every = [s for ss in slices.values() for s in ss]
+    if token.startswith("mig-gpu-"):
+        parent, _, rest = token[4:].partition("/")
+        gi, _, ci = rest.partition("/")
+        for s in slices.get(next((u for u in slices if u.lower() == parent), ""), []):
+            h = device_handle(s)
+            if (str(query("nvmlDeviceGetGpuInstanceId", h)), str(query("nvmlDeviceGetComputeInstanceId", h))) \
+                    == (gi, ci):
+                return s
+        return None
+    hits = [s for s in every if s.uuid.lower().startswith(token)]
+    return hits[0] if len(hits) == 1 else None
+
+
+def visible_devices(env: Mapping[str, str] | None = None) -> list[NVMLDevice]:
+    """The NVML devices CUDA processes see, in CUDA's order (see :func:`device_order`)."""
+    return list(device_order(env).devices)
 
 
 def before_shutdown(callback: Callable[[], None]) -> None:
@@ -195,186 +463,42 @@ def _reset() -> None:
     """Forget NVML state and logged warnings (the unit tests' fakes start from here)."""
     shutdown()
     _warned.clear()
+    _unavailable.clear()
 
 
-# ----------------------------------------------------------------------------------------------
-# Clock event ("throttle") reasons, from nvml.h's nvmlClocksEventReason* bit masks.
-THROTTLE_REASONS = {
-    0x1: "gpu_idle", 0x2: "applications_clocks", 0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x10: "sync_boost",
-    0x20: "sw_thermal", 0x40: "hw_thermal", 0x80: "hw_power_brake", 0x100: "display_clocks",
-}
-# Reasons that mean the GPU ran slower than it could have (idle and user clock settings do not count).
-SLOWDOWN_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
-
-_CLOCK_SM, _CLOCK_MEM, _TEMP_GPU, _PCIE_TX, _PCIE_RX = 1, 2, 0, 0, 1  # nvmlClockType_t, sensors, counters
-_GPM_SM_UTIL, _GPM_TENSOR_UTIL = 2, 5  # NVML_GPM_METRIC_SM_UTIL, NVML_GPM_METRIC_ANY_TENSOR_UTIL
-PCIE_PERIOD_S = 1.0  # nvmlDeviceGetPcieThroughput measures over 20 ms per call: read it at most once a second
+_TEMP_GPU = 0                 # NVML_TEMPERATURE_GPU
+_GPM_METRICS_GET_VERSION = 1  # NVML_GPM_METRICS_GET_VERSION
 
 
-def throttle_names(mask: int | None) -> list[str]:
-    """Names of the clock event reasons set in ``mask``, e.g. ``["sw_power_cap", "hw_thermal"]``."""
-    if not mask:
-        return []
-    return [name for bit, name in THROTTLE_REASONS.items() if mask & bit]
+def gpm_metrics(sample1: Any, sample2: Any, metric_ids: tuple[int, ...]) -> list[float | None] | None:
+    """GPM metrics (e.g. ``NVML_GPM_METRIC_SM_UTIL``) between two GPM samples; a metric NVML could not
+    compute is None; None when the call fails. The samples stay the caller's to free."""
+    lib = _ensure()
+    if lib is None:
+        return None
+    req = lib.c_nvmlGpmMetricsGet_t()
+    req.version = getattr(lib, "NVML_GPM_METRICS_GET_VERSION", _GPM_METRICS_GET_VERSION)
+    req.numMetrics = len(metric_ids)
+    req.sample1, req.sample2 = sample1, sample2
+    for i, metric_id in enumerate(metric_ids):
+        req.metrics[i].metricId = metric_id
+    got = query("nvmlGpmMetricsGet", req)
+    if got is None:
+        return None
+    return [float(m.value) if getattr(m, "nvmlReturn", 0) == 0 else None for m in got.metrics[: len(metric_ids)]]
 
 
-def visible_devices(env: dict[str, str] | None = None) -> list[NVMLDevice]:
-    """The NVML devices CUDA processes see, in CUDA's order, mapped by UUID.
-
-    NVML ignores ``CUDA_VISIBLE_DEVICES``; CUDA honours it. When torch has initialised CUDA, its
-    device UUIDs decide; otherwise the variable is parsed like CUDA does (indices or UUID prefixes,
-    stopping at the first entry that matches nothing). Without the variable, NVML's order is used.
-    """
-    import os
-    import sys
-
-    devs = devices()
-    if not devs:
-        return []
-    by_uuid = {d.uuid.lower(): d for d in devs}
-    torch = sys.modules.get("torch")
-    try:
-        if torch is not None and torch.cuda.is_initialized():
-            out = []
-            for i in range(torch.cuda.device_count()):
-                u = str(torch.cuda.get_device_properties(i).uuid).lower()
-                u = u if u.startswith("gpu-") else "gpu-" + u
-                if u in by_uuid:
-                    out.append(by_uuid[u])
-            if out:
-                return out
-    except Exception:
-        pass
-    env = os.environ if env is None else env
-    spec = env.get("CUDA_VISIBLE_DEVICES")
-    if spec is None:
-        return devs
-    out = []
-    for token in (t.strip() for t in spec.split(",")):
-        match = None
-        if token.isdigit():
-            match = devs[int(token)] if int(token) < len(devs) else None
-        elif token.lower().startswith("gpu-"):
-            hits = [d for d in devs if d.uuid.lower().startswith(token.lower())]
-            match = hits[0] if len(hits) == 1 else None
-        if match is None or match in out:
-            break  # CUDA stops enumerating at the first invalid entry
-        out.append(match)
-    return out
+def cuda_handle(cuda_index: int) -> Any:
+    """The NVML handle of the CUDA device ``cuda_index`` (a MIG slice's own handle), or None."""
+    vis = visible_devices()
+    return device_handle(vis[cuda_index]) if 0 <= cuda_index < len(vis) else None
 
 
-class GPUSampler:
-    """Samples one GPU's metrics through :func:`query`; a metric NVML cannot give is ``None``.
-
-    GPM metrics (SM and tensor-core activity) are read on Hopper and later when the driver supports them;
-    they need two consecutive GPM samples, so the first reading has none.
-    """
-
-    def __init__(self, device: NVMLDevice) -> None:
-        self.device = device
-        self.handle = query("nvmlDeviceGetHandleByUUID", device.uuid) if device.uuid else None
-        if self.handle is None:
-            self.handle = query("nvmlDeviceGetHandleByIndex", device.index)
-        self._last_pcie = -1e9
-        self._pcie: tuple[int | None, int | None] = (None, None)
-        self._gpm_prev: Any = None
-        support = query("nvmlGpmQueryDeviceSupport", self.handle)
-        self.gpm = bool(getattr(support, "isSupportedDevice", 0))
-        self.mig_count = 0
-        if device.mig_enabled:
-            self.mig_count = query("nvmlDeviceGetMaxMigDeviceCount", self.handle, default=0) or 0
-
-    def sample(self, now: float) -> dict[str, Any]:
-        h = self.handle
-        util = query("nvmlDeviceGetUtilizationRates", h)
-        mem = query("nvmlDeviceGetMemoryInfo", h)
-        power_mw = query("nvmlDeviceGetPowerUsage", h)
-        energy_mj = query("nvmlDeviceGetTotalEnergyConsumption", h)
-        reasons = query("nvmlDeviceGetCurrentClocksEventReasons", h)
-        if reasons is None:
-            reasons = query("nvmlDeviceGetCurrentClocksThrottleReasons", h)
-        if now - self._last_pcie >= PCIE_PERIOD_S:
-            self._last_pcie = now
-            self._pcie = (query("nvmlDeviceGetPcieThroughput", h, _PCIE_TX),
-                          query("nvmlDeviceGetPcieThroughput", h, _PCIE_RX))
-        tx, rx = self._pcie
-        row: dict[str, Any] = {
-            "gpu_util_pct": _num(getattr(util, "gpu", None)),
-            "mem_util_pct": _num(getattr(util, "memory", None)),
-            "mem_used_bytes": _int(getattr(mem, "used", None)),
-            "mem_total_bytes": _int(getattr(mem, "total", None)),
-            "power_w": None if power_mw is None else power_mw / 1000.0,
-            "energy_j": None if energy_mj is None else energy_mj / 1000.0,
-            "temp_c": _num(query("nvmlDeviceGetTemperature", h, _TEMP_GPU)),
-            "sm_clock_mhz": _num(query("nvmlDeviceGetClockInfo", h, _CLOCK_SM)),
-            "mem_clock_mhz": _num(query("nvmlDeviceGetClockInfo", h, _CLOCK_MEM)),
-            "pcie_tx_bytes_per_s": None if tx is None else tx * 1024.0,
-            "pcie_rx_bytes_per_s": None if rx is None else rx * 1024.0,
-            "throttle_reasons": _int(reasons),
-            "throttled": None if reasons is None else bool(reasons & SLOWDOWN_MASK),
-        }
-        if self.gpm:
-            row.update(self._gpm())
-        if self.mig_count:
-            used = 0
-            for i in range(self.mig_count):
-                mh = query("nvmlDeviceGetMigDeviceHandleByIndex", h, i)
-                mm = query("nvmlDeviceGetMemoryInfo", mh) if mh is not None else None
-                used += int(getattr(mm, "used", 0) or 0)
-            row["mig_mem_used_bytes"] = used
-        return row
-
-    def close(self) -> None:
-        """Free the GPM sample kept between readings."""
-        if self._gpm_prev is not None:
-            query("nvmlGpmSampleFree", self._gpm_prev)
-            self._gpm_prev = None
-
-    def _gpm(self) -> dict[str, Any]:
-        lib = _ensure()
-        sample = query("nvmlGpmSampleAlloc")
-        if lib is None or sample is None or query("nvmlGpmSampleGet", self.handle, sample) is None:
-            return {}
-        prev, self._gpm_prev = self._gpm_prev, sample
-        if prev is None:
-            return {}
-        try:
-            req = lib.c_nvmlGpmMetricsGet_t()
-            req.version = getattr(lib, "NVML_GPM_METRICS_GET_VERSION", 1)
-            req.numMetrics = 2
-            req.sample1, req.sample2 = prev, sample
-            req.metrics[0].metricId, req.metrics[1].metricId = _GPM_SM_UTIL, _GPM_TENSOR_UTIL
-            got = query("nvmlGpmMetricsGet", req)
-        finally:
-            query("nvmlGpmSampleFree", prev)
-        if got is None:
-            return {}
-        ok = lambda m: float(m.value) if getattr(m, "nvmlReturn", 0) == 0 else None
-        return {"sm_active_pct": ok(got.metrics[0]), "tensor_active_pct": ok(got.metrics[1])}
-
-
-def _num(v: Any) -> float | None:
-    return None if v is None else float(v)
-
-
-def _int(v: Any) -> int | None:
-    return None if v is None else int(v)
-
-
-def clock_state(cuda_index: int = 0) -> dict[str, Any] | None:
-    """SM clock and clock-event reasons of the CUDA device ``cuda_index`` now (None without NVML).
+def cuda_memory_info(cuda_index: int = 0) -> MemoryInfo | None:
+    """NVML's memory figures (as ``nvidia-smi`` shows them) for the CUDA device ``cuda_index``; a MIG slice's own.
 
     Example:
-        >>> clock_state(0) is None or "sm_clock_mhz" in clock_state(0)
+        >>> cuda_memory_info(0) is None or cuda_memory_info(0).total_bytes > 0
         True
     """
-    vis = visible_devices()
-    if not 0 <= cuda_index < len(vis):
-        return None
-    h = handle_by_uuid(vis[cuda_index].uuid) or query("nvmlDeviceGetHandleByIndex", vis[cuda_index].index)
-    if h is None:
-        return None
-    reasons = query("nvmlDeviceGetCurrentClocksEventReasons", h)
-    if reasons is None:
-        reasons = query("nvmlDeviceGetCurrentClocksThrottleReasons", h)
-    return {"sm_clock_mhz": _num(query("nvmlDeviceGetClockInfo", h, _CLOCK_SM)), "throttle_reasons": _int(reasons)}
+    return memory_info(cuda_handle(cuda_index))

@@ -162,14 +162,18 @@ class Monitor:
                 _said_host_only = True
                 log.warning("gpulab.Monitor: %s", note)
             return []
+        from .gpu import GPUSampler
+
+        order = nvml.device_order()
+        self._notes.extend(order.notes)
         out = []
-        for i, dev in enumerate(nvml.visible_devices()):
+        for i, dev in enumerate(order.devices):
             name = f"gpu{i}"
             self._devices_info[name] = f"{dev.name} ({dev.uuid})"
-            if dev.mig_enabled:
-                self._notes.append(f"{name} is in MIG mode: utilisation is not reported per GPU; "
-                                   "memory is summed over MIG instances")
-            out.append((name, nvml.GPUSampler(dev)))
+            if dev.is_mig:
+                self._notes.append(f"{name} is a MIG slice: its own memory is recorded; utilisation, power and "
+                                   "clocks are the whole card's and NVML does not report them per slice")
+            out.append((name, GPUSampler(dev)))
         return out
 
     def _run(self, host: Any, samplers: list[tuple[str, Any]]) -> None:
