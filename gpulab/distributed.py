@@ -43,7 +43,7 @@ from ._format import NA, TableView, fmt_number, fmt_seconds
 
 __all__ = ["launch", "LaunchResult", "DistributedError", "LaunchTimeout", "RankFailure", "torchrun_command",
            "default_backend", "free_port", "init_worker", "report", "WorkerInfo", "shard_indices", "allreduce_seconds",
-           "scaling", "Scaling", "PublishedScaling", "mirrored_strategy", "RESULTS_ENV", "BACKEND_ENV"]
+           "scaling", "Scaling", "PublishedScaling", "mirrored_strategy", "RESULTS_ENV", "BACKEND_ENV", "barrier"]
 
 Backend = Literal["gloo", "nccl"]
 
@@ -631,7 +631,9 @@ def init_worker(backend: str | None = None) -> WorkerInfo:
         faulthandler.register(signal.SIGUSR1, all_threads=True)
     timeout = datetime.timedelta(seconds=float(os.environ.get(TIMEOUT_ENV, "600")))
     if not dist.is_initialized():
-        dist.init_process_group(backend, timeout=timeout, **({"device_id": device} if backend == "nccl" else {}))
+        # No device_id: it is a TypeError before torch 2.3 and makes NCCL hang at random on torch 2.6-2.7
+        # (pytorch#153960). set_device above already binds this rank to its GPU; barrier() names it.
+        dist.init_process_group(backend, timeout=timeout)
     info = WorkerInfo(rank, local_rank, world, int(os.environ.get("GROUP_RANK", "0")), backend, device)
     results = os.environ.get(RESULTS_ENV)
     if results:
@@ -639,6 +641,25 @@ def init_worker(backend: str | None = None) -> WorkerInfo:
                   "node_index": int(os.environ.get("GPULAB_NODE_INDEX", "0")), "group_rank": info.node}
         _atomic_write(Path(results) / f"rank-{rank}.started", marker)
     return info
+
+
+def barrier(info: WorkerInfo) -> None:
+    """``dist.barrier()`` that names this rank's GPU on NCCL (``device_ids``), so NCCL never guesses the
+    device from the global rank, which hangs when ranks and GPUs are not numbered alike.
+
+    Example (a one-process gloo job):
+        >>> import os, torch.distributed as dist
+        >>> saved = dict(os.environ)
+        >>> os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1")
+        >>> barrier(init_worker("gloo"))
+        >>> dist.destroy_process_group(); os.environ.clear(); os.environ.update(saved)
+    """
+    import torch.distributed as dist
+
+    if info.backend == "nccl" and info.device.type == "cuda":
+        dist.barrier(device_ids=[info.device.index])
+    else:
+        dist.barrier()
 
 
 def _atomic_write(path: Path, data: Any) -> None:

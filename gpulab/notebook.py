@@ -30,29 +30,63 @@ class Session:
     device: Any
     kind: str
     banner: str
+    notes: tuple[str, ...] = ()   # what setup changed, said once per process (e.g. TensorFlow's GPU memory)
 
     @property
     def is_gpu(self) -> bool:
         return self.kind in ("cuda", "mps")
 
     def __repr__(self) -> str:
-        return self.banner
+        return "\n".join((self.banner, *self.notes))
 
     def _repr_html_(self) -> str:
+        import html
+
         color = "#1b7a2b" if self.is_gpu else "#8a5a00"
-        return f'<div style="border-left:4px solid {color};padding:4px 8px"><b>{self.banner}</b></div>'
+        notes = "".join(f"<br><small>{html.escape(n)}</small>" for n in self.notes)
+        return f'<div style="border-left:4px solid {color};padding:4px 8px"><b>{self.banner}</b>{notes}</div>'
+
+
+_said: set[str] = set()
+
+
+def _tf_memory_on_demand() -> str | None:
+    """Make TensorFlow take GPU memory as it needs it instead of nearly all of every GPU at start-up, so a
+    notebook that runs TensorFlow and then PyTorch (or two notebooks on one card) does not find it full."""
+    import sys
+
+    if os.environ.get("TF_FORCE_GPU_ALLOW_GROWTH", "").lower() == "false":
+        return None    # the learner chose otherwise
+    tf = sys.modules.get("tensorflow")
+    if tf is None:     # TensorFlow reads the variable when it first sets up a GPU
+        os.environ["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"
+        return "TensorFlow will take GPU memory as it needs it (TF_FORCE_GPU_ALLOW_GROWTH=true), leaving the rest to PyTorch"
+    try:
+        for gpu in tf.config.list_physical_devices("GPU"):
+            tf.config.experimental.set_memory_growth(gpu, True)
+    except RuntimeError:   # its GPUs are initialised: too late in this process
+        return ("TensorFlow already holds its GPU memory: restart the kernel and call gl.setup() before "
+                "importing TensorFlow to share the card with PyTorch")
+    return "TensorFlow will take GPU memory as it needs it (memory growth on), leaving the rest to PyTorch"
 
 
 def setup(seed: int | None = 0, quiet: bool = True) -> Session:
     """Pick the device, seed the random generators, quiet framework logs; return a :class:`Session`.
 
     The banner says what mode the lesson runs in, e.g. ``"CPU mode: sizes reduced; GPU figures shown
-    from published sources"`` or ``"GPU mode: Tesla T4 (15 GiB)"``.
+    from published sources"`` or ``"GPU mode: Tesla T4 (15 GiB)"``. On a CUDA machine TensorFlow is set to
+    allocate GPU memory on demand (before it starts; said once in ``notes``).
     """
     if quiet:
         for k, v in QUIET_ENV.items():
             os.environ.setdefault(k, v)
     kind = device_kind()
+    notes = []
+    if kind == "cuda":
+        note = _tf_memory_on_demand()
+        if note and note not in _said:
+            _said.add(note)
+            notes.append(note)
     dev: Any = kind
     try:
         import torch
@@ -82,7 +116,7 @@ def setup(seed: int | None = 0, quiet: bool = True) -> Session:
         banner = "GPU mode: Apple GPU (MPS); CUDA-only parts are explained, not run"
     else:
         banner = "CPU mode: sizes reduced; GPU figures shown from published sources"
-    return Session(dev, kind, banner)
+    return Session(dev, kind, banner, tuple(notes))
 
 
 def by_device(cpu: T, cuda: T, mps: T | None = None) -> T:

@@ -34,7 +34,8 @@ DeviceKind = Literal["cuda", "mps", "cpu"]
 
 # Environment variables worth showing: an allow-list, so no secret ever reaches a report.
 SHOWN_ENV = (
-    "CUDA_VISIBLE_DEVICES", "CUDA_LAUNCH_BLOCKING", "PYTORCH_CUDA_ALLOC_CONF", "NVIDIA_VISIBLE_DEVICES",
+    "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_LAUNCH_BLOCKING", "PYTORCH_CUDA_ALLOC_CONF",
+    "PYTORCH_ALLOC_CONF", "NVIDIA_VISIBLE_DEVICES",
     "OMP_NUM_THREADS", "MKL_NUM_THREADS", "TF_CPP_MIN_LOG_LEVEL", "TF_FORCE_GPU_ALLOW_GROWTH",
     "COLAB_GPU", "COLAB_RELEASE_TAG",
 )
@@ -121,6 +122,8 @@ class GPUInfo:
     memory_total_bytes: int | None = None
     compute_capability: tuple[int, int] | None = None
     source: Literal["nvml", "torch"] = "nvml"
+    visible: bool = True          # CUDA processes see it (CUDA_VISIBLE_DEVICES, one MIG slice per process)
+    mig_slice: bool = False       # a MIG slice (``MIG-…`` UUID), not a whole card
 
 
 @dataclass(frozen=True)
@@ -174,6 +177,8 @@ class SystemInfo:
     frameworks: tuple[FrameworkInfo, ...]
     env: dict[str, str]
     colab: bool
+    gpu_order_ambiguous: bool = False      # CUDA's order of the GPUs may differ from nvidia-smi's
+    gpu_order_notes: tuple[str, ...] = ()  # why, and which MIG slice CUDA uses
 
     def framework(self, name: str) -> FrameworkInfo | None:
         """The :class:`FrameworkInfo` called ``name`` ("torch", "tensorflow", "dali"), if probed."""
@@ -185,7 +190,7 @@ class SystemInfo:
         torch_fw = self.framework("torch")
         torch_gpus = torch_fw.gpu_count if torch_fw and torch_fw.installed else 0
         kind: DeviceKind = "cuda" if torch_gpus else ("mps" if torch_fw and torch_fw.detail.get("mps") else "cpu")
-        ccs = [g.compute_capability for g in self.gpus if g.compute_capability]
+        ccs = [g.compute_capability for g in self.gpus if g.compute_capability and g.visible]
         cc = min(ccs) if ccs and kind == "cuda" else None
         amx = "amx_bf16" in self.cpu_flags or "amx_tile" in self.cpu_flags
         return Capabilities(
@@ -220,7 +225,9 @@ class SystemInfo:
             rows.append(("NVML", f"not available: {self.nvml_error}"))
         for g in self.gpus:
             cc = ".".join(map(str, g.compute_capability)) if g.compute_capability else "?"
-            rows.append((f"GPU {g.index}", f"{g.name}, {fmt_bytes(g.memory_total_bytes)}, compute capability {cc}"))
+            what = "MIG slice" if g.mig_slice else f"GPU {g.index}"
+            rows.append((what, f"{g.name}, {fmt_bytes(g.memory_total_bytes)}, compute capability {cc}"
+                         + ("" if g.visible else " (not visible to CUDA here)")))
         for f in self.frameworks:
             if not f.installed:
                 rows.append((f.name, "not installed"))
@@ -281,6 +288,21 @@ def _dist_version(*names: str) -> str | None:
     return None
 
 
+def _cudnn_version_str(v: int | None) -> str | None:
+    """cuDNN's version number as text: 90100 -> "9.1.0" (cuDNN 9+: major*10000), 8902 -> "8.9.2" (cuDNN 8:
+    major*1000 + minor*100 + patch).
+
+    Example:
+        >>> _cudnn_version_str(90100), _cudnn_version_str(8902), _cudnn_version_str(None)
+        ('9.1.0', '8.9.2', None)
+    """
+    if not v:
+        return None
+    if v >= 10000:
+        return f"{v // 10000}.{(v % 10000) // 100}.{v % 100}"
+    return f"{v // 1000}.{(v % 1000) // 100}.{v % 100}"
+
+
 def _probe_torch() -> FrameworkInfo:
     try:
         import torch
@@ -300,8 +322,7 @@ def _probe_torch() -> FrameworkInfo:
     cudnn = None
     if torch.version.cuda and count:
         try:
-            v = torch.backends.cudnn.version()
-            cudnn = f"{v // 10000}.{(v % 10000) // 100}.{v % 100}" if v and v >= 10000 else (str(v) if v else None)
+            cudnn = _cudnn_version_str(torch.backends.cudnn.version())
         except Exception:
             cudnn = None
     dist = torch.distributed
@@ -312,6 +333,9 @@ def _probe_torch() -> FrameworkInfo:
         "gloo": bool(dist.is_available() and dist.is_gloo_available()),
         "hip": getattr(torch.version, "hip", None),
         "devices": [torch.cuda.get_device_name(i) for i in range(count)],
+        "arch_list": list(torch.cuda.get_arch_list()) if count else [],   # kernels this wheel carries
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),  # "highest": TF32 off for matmuls
+        "cudnn_tf32": bool(torch.backends.cudnn.allow_tf32),
     }
     return FrameworkInfo("torch", True, torch.__version__, torch.version.cuda, cudnn, count, err, detail)
 
@@ -333,8 +357,15 @@ def _probe_tensorflow() -> FrameworkInfo:
         return FrameworkInfo("tensorflow", True, version, error=f"import failed: {e}")
     package = "tensorflow-cpu" if _dist_version("tensorflow-cpu") else "tensorflow"
     cuda = build.get("cuda_version") if build.get("is_cuda_build") else None
+    growth = None
+    if gpus:   # TF takes (nearly) all of every GPU's memory at start-up unless memory growth is on
+        try:
+            growth = os.environ.get("TF_FORCE_GPU_ALLOW_GROWTH", "").lower() == "true" or \
+                all(tf.config.experimental.get_memory_growth(g) for g in gpus)
+        except Exception:
+            growth = None
     return FrameworkInfo("tensorflow", True, tf.__version__, cuda, build.get("cudnn_version"), len(gpus),
-                         detail={"package": package})
+                         detail={"package": package, "memory_growth": growth})
 
 
 def _probe_dali() -> FrameworkInfo:
@@ -371,9 +402,16 @@ def system_info(frameworks: Iterable[str] = ("torch", "tensorflow", "dali")) -> 
 
     env = {k: os.environ[k] for k in SHOWN_ENV if k in os.environ}  # before probes set any
     st = nvml.status()
-    gpus = [GPUInfo(d.index, d.name, d.uuid, d.memory_total_bytes, d.compute_capability, "nvml")
-            for d in nvml.devices()]
     fws = tuple(_PROBES[f]() for f in frameworks)
+    order = nvml.device_order()        # after the probes: torch's UUIDs, when CUDA is up, make it exact
+    seen = {d.uuid for d in order.devices}
+    gpus: list[GPUInfo] = []
+    for d in nvml.devices():
+        gpus.append(GPUInfo(d.index, d.name, d.uuid, d.memory_total_bytes, d.compute_capability, "nvml",
+                            visible=d.uuid in seen))
+        for sl in nvml.mig_devices(d):
+            gpus.append(GPUInfo(sl.index, sl.name, sl.uuid, sl.memory_total_bytes, sl.compute_capability, "nvml",
+                                visible=sl.uuid in seen, mig_slice=True))
     torch_fw = next((f for f in fws if f.name == "torch"), None)
     if not gpus and torch_fw and torch_fw.gpu_count:  # e.g. NVML blocked in a container
         import torch
@@ -406,6 +444,8 @@ def system_info(frameworks: Iterable[str] = ("torch", "tensorflow", "dali")) -> 
         frameworks=fws,
         env=env,
         colab="google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ,
+        gpu_order_ambiguous=order.ambiguous,
+        gpu_order_notes=order.notes,
     )
 
 
@@ -469,12 +509,29 @@ def _version_tuple(v: str | None) -> tuple[int, int] | None:
         return None
 
 
+def _has_kernels(arch_list: list[str], cc: tuple[int, int]) -> bool:
+    """Can a wheel built for ``arch_list`` (``torch.cuda.get_arch_list()``) run on compute capability ``cc``?
+    A cubin ``sm_XY`` runs on the same major version with minor >= Y; PTX ``compute_XY`` is compiled by the
+    driver for any newer GPU."""
+    for a in arch_list:
+        kind, _, num = a.partition("_")
+        digits = "".join(ch for ch in num if ch.isdigit())      # "90a" -> "90", "120" -> "120"
+        if len(digits) < 2:
+            continue
+        major, minor = int(digits[:-1]), int(digits[-1])
+        if kind == "sm" and major == cc[0] and minor <= cc[1]:
+            return True
+        if kind == "compute" and (major, minor) <= cc:
+            return True
+    return False
+
+
 def diagnose(info: SystemInfo) -> list[Diagnosis]:
     """Turn a :class:`SystemInfo` into actionable findings (pure: testable on fabricated values)."""
     out: list[Diagnosis] = []
     add = lambda *a: out.append(Diagnosis(*a))
     torch_fw, tf_fw = info.framework("torch"), info.framework("tensorflow")
-    nv_gpus = [g for g in info.gpus if g.source == "nvml"]
+    nv_gpus = [g for g in info.gpus if g.source == "nvml" and not g.mig_slice]
     cvd = info.env.get("CUDA_VISIBLE_DEVICES")
     hidden = cuda_hidden_by_env(info.env)
 
@@ -514,9 +571,10 @@ def diagnose(info: SystemInfo) -> list[Diagnosis]:
             if have[0] < need[0]:
                 add("error", "driver-too-old",
                     f"The NVIDIA driver {info.driver_version} supports CUDA up to {have[0]}.{have[1]}, "
-                    f"but torch {torch_fw.version} was built for CUDA {torch_fw.cuda_build}.",
-                    f"Update the driver to one supporting CUDA {need[0]}.{need[1]}, or install a torch build for "
-                    f"CUDA {have[0]}.x.")
+                    f"but torch {torch_fw.version} was built for CUDA {torch_fw.cuda_build}"
+                    + (" (CUDA 13 wheels need an R580 or newer driver)." if need[0] >= 13 else "."),
+                    f"Update the driver to one supporting CUDA {need[0]}.{need[1]}, or install the same torch built "
+                    f"for CUDA {have[0]}.x from PyTorch's index (`make lab` picks the wheel from the driver).")
             elif have < need:
                 add("warning", "driver-older-minor",
                     f"The driver supports CUDA {have[0]}.{have[1]}; torch was built for {torch_fw.cuda_build}. "
@@ -530,9 +588,31 @@ def diagnose(info: SystemInfo) -> list[Diagnosis]:
                 + (f": {torch_fw.error}" if torch_fw.error else "."),
                 "Restart the kernel (a forked process or an earlier CUDA error can break CUDA), check "
                 "`nvidia-smi`, and compare the driver's CUDA version with torch.version.cuda.")
+        arch = torch_fw.detail.get("arch_list") or []
+        for g in {g.compute_capability: g for g in info.gpus if g.visible and g.compute_capability}.values():
+            if arch and not _has_kernels(arch, g.compute_capability):
+                cc = ".".join(map(str, g.compute_capability))
+                add("error", "no-kernels-for-gpu",
+                    f"torch {torch_fw.version} carries kernels for {', '.join(arch)} but not for the {g.name} "
+                    f"(compute capability {cc}): CUDA calls will fail with 'no kernel image is available'.",
+                    "Install the same torch built for CUDA 12.6 (it still includes Volta and Pascal): "
+                    "pip install torch --index-url https://download.pytorch.org/whl/cu126 - `make lab` does "
+                    "this when it sees such a GPU.")
         if torch_fw.gpu_count:
             names = ", ".join(torch_fw.detail.get("devices", [])) or f"{torch_fw.gpu_count} GPU(s)"
             add("ok", "torch-cuda", f"torch sees {torch_fw.gpu_count} GPU(s): {names}.")
+            precision = torch_fw.detail.get("float32_matmul_precision")
+            ccs = [g.compute_capability for g in info.gpus if g.visible and g.compute_capability]
+            if precision and ccs and min(ccs) >= (8, 0):
+                on = precision != "highest"
+                add("info", "tf32",
+                    f"TF32 for fp32 matmuls is {'on' if on else 'off'} in torch "
+                    f"(float32_matmul_precision={precision!r}; cuDNN convolutions "
+                    f"{'use' if torch_fw.detail.get('cudnn_tf32') else 'do not use'} TF32). "
+                    + ("fp32 matmuls run on tensor cores with a 10-bit mantissa." if on else
+                       "fp32 matmuls run at full fp32 precision and speed."),
+                    "" if on else "torch.set_float32_matmul_precision('high') turns TF32 on (lesson 04 measures it); "
+                    "TensorFlow uses TF32 by default on this GPU.")
         elif torch_fw.detail.get("mps"):
             add("ok", "torch-mps", "torch uses Apple's GPU through MPS.")
         if info.torch_threads is not None and info.torch_threads < max(1, (info.physical_cores or 1)):
@@ -553,6 +633,20 @@ def diagnose(info: SystemInfo) -> list[Diagnosis]:
                 "pip install 'tensorflow[and-cuda]' (Linux) - `make lab` does this on a GPU machine.")
         elif tf_fw.gpu_count:
             add("ok", "tf-gpu", f"TensorFlow sees {tf_fw.gpu_count} GPU(s).")
+            if tf_fw.detail.get("memory_growth") is False:
+                add("warning", "tf-grabs-memory",
+                    "TensorFlow will reserve nearly all memory of every GPU the first time it runs on one, "
+                    "leaving none for PyTorch (or a second notebook) on the same card.",
+                    "Call gl.setup() before importing TensorFlow (it sets TF_FORCE_GPU_ALLOW_GROWTH=true), or "
+                    "tf.config.experimental.set_memory_growth(gpu, True) for each GPU before using it; if TF "
+                    "already ran, restart the kernel.")
+
+    if info.gpu_order_ambiguous or info.gpu_order_notes:
+        add("warning" if info.gpu_order_ambiguous else "info", "gpu-order",
+            " ".join(info.gpu_order_notes) or "CUDA's GPU order may differ from nvidia-smi's.",
+            "export CUDA_DEVICE_ORDER=PCI_BUS_ID (before Python starts, or before importing torch) so CUDA and "
+            "nvidia-smi number the GPUs alike; pick a MIG slice with CUDA_VISIBLE_DEVICES=MIG-<uuid>."
+            if info.gpu_order_ambiguous else "")
 
     caps = info.capabilities
     if caps.device == "cpu":

@@ -191,3 +191,123 @@ def test_cli_doctor_json_and_exit_code():
     bad = subprocess.run([sys.executable, "-m", "gpulab", "doctor", "--frameworks", "jax"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "unknown framework" in bad.stderr
+
+
+# ---- GPU-only diagnoses on fabricated facts ---------------------------------------------------------------
+def _torch_fw(info, **detail):
+    fw = info.framework("torch")
+    return replace(fw, detail={**fw.detail, **detail})
+
+
+def test_volta_on_a_wheel_without_sm_70_kernels(gpu_info):
+    from gpulab.system import FrameworkInfo
+
+    v100 = replace(gpu_info, gpus=(GPUInfo(0, "Tesla V100-SXM2-16GB", "GPU-1", 16 * 2**30, (7, 0)),),
+                   driver_version="580.65.06", cuda_driver_version=13000)
+    cu130 = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120"]
+    info = replace(v100, frameworks=(replace(_torch_fw(v100, arch_list=cu130), version="2.14.1+cu130",
+                                             cuda_build="13.0"),))
+    d = next(d for d in gl.diagnose(info) if d.code == "no-kernels-for-gpu")
+    assert d.level == "error" and "7.0" in d.message and "cu126" in d.fix
+    cu126 = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]
+    ok = replace(info, frameworks=(replace(_torch_fw(v100, arch_list=cu126), cuda_build="12.6"),))
+    assert "no-kernels-for-gpu" not in [d.code for d in gl.diagnose(ok)]
+    # an L4 (8.9) runs sm_86 cubins; an RTX 5090 (12.0) only through PTX or sm_120
+    from gpulab.system import _has_kernels
+    assert _has_kernels(["sm_80", "sm_86"], (8, 9)) and not _has_kernels(["sm_80", "sm_90"], (12, 0))
+    assert _has_kernels(["sm_90", "compute_90"], (12, 0)) and _has_kernels(["sm_90a", "sm_100"], (10, 0))
+    assert FrameworkInfo  # imported for the fixture's shape
+
+
+def test_driver_older_than_a_cuda_13_wheel(gpu_info):
+    info = replace(gpu_info, driver_version="550.54.15", cuda_driver_version=12040,
+                   frameworks=(replace(gpu_info.framework("torch"), version="2.14.1+cu130", cuda_build="13.0"),))
+    d = next(d for d in gl.diagnose(info) if d.code == "driver-too-old")
+    assert "R580" in d.message and "CUDA 12" in d.fix
+
+
+def test_tf_that_will_grab_the_card(gpu_info):
+    tf = replace(gpu_info.framework("tensorflow"), detail={"package": "tensorflow", "memory_growth": False})
+    info = replace(gpu_info, frameworks=(gpu_info.framework("torch"), tf))
+    d = next(d for d in gl.diagnose(info) if d.code == "tf-grabs-memory")
+    assert d.level == "warning" and "gl.setup()" in d.fix
+    grows = replace(info, frameworks=(gpu_info.framework("torch"), replace(tf, detail={"memory_growth": True})))
+    assert "tf-grabs-memory" not in [d.code for d in gl.diagnose(grows)]
+
+
+def test_tf32_state_on_ampere_only(gpu_info):
+    off = replace(gpu_info, frameworks=(_torch_fw(gpu_info, float32_matmul_precision="highest", cudnn_tf32=True),))
+    d = next(d for d in gl.diagnose(off) if d.code == "tf32")
+    assert "off" in d.message and "set_float32_matmul_precision('high')" in d.fix
+    on = replace(gpu_info, frameworks=(_torch_fw(gpu_info, float32_matmul_precision="high", cudnn_tf32=True),))
+    assert "is on" in next(d for d in gl.diagnose(on) if d.code == "tf32").message
+    t4 = replace(off, gpus=(GPUInfo(0, "Tesla T4", "GPU-2", 16 * 2**30, (7, 5)),))
+    assert "tf32" not in [d.code for d in gl.diagnose(t4)]
+
+
+def test_mixed_gpus_without_a_pinned_order(fake_nvml):
+    fake_nvml(machine="mixed")
+    info = gl.system_info(frameworks=())
+    assert info.gpu_order_ambiguous and len(info.gpus) == 2
+    d = next(d for d in gl.diagnose(info) if d.code == "gpu-order")
+    assert d.level == "warning" and "CUDA_DEVICE_ORDER=PCI_BUS_ID" in d.fix
+
+
+def test_mig_slices_in_system_info_and_capabilities_from_visible_gpus_only(fake_nvml, monkeypatch):
+    fake_nvml(machine="a100_mig")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-a1b2c3d4-0002-5e6f-7a8b-9c0d1e2f3a4b")
+    info = gl.system_info(frameworks=())
+    slices = [g for g in info.gpus if g.mig_slice]
+    assert [g.name for g in slices] == ["NVIDIA A100-SXM4-40GB MIG 3g.20gb", "NVIDIA A100-SXM4-40GB MIG 2g.10gb"]
+    assert [g.visible for g in slices] == [False, True] and "MIG slice" in repr(info)
+    # capability flags come from the GPUs CUDA can see: a hidden A100 does not make a T4 machine bf16-capable
+    t4_and_hidden_a100 = (GPUInfo(0, "Tesla T4", "GPU-t", 16 * 2**30, (7, 5)),
+                          GPUInfo(1, "NVIDIA A100-SXM4-40GB", "GPU-a", 40 * 2**30, (8, 0), visible=False))
+    from gpulab.system import FrameworkInfo
+    caps = replace(info, gpus=t4_and_hidden_a100,
+                   frameworks=(FrameworkInfo("torch", True, "2.14.1", "13.0", gpu_count=1),)).capabilities
+    assert caps.device == "cuda" and not caps.bf16 and caps.fp16_tensor_cores
+
+
+def test_cudnn_versions_decode_for_8_and_9():
+    from gpulab.system import _cudnn_version_str
+
+    assert _cudnn_version_str(8902) == "8.9.2" and _cudnn_version_str(90100) == "9.1.0"
+    assert _cudnn_version_str(91002) == "9.10.2" and _cudnn_version_str(0) is None
+
+
+def test_both_allocator_variables_are_shown(monkeypatch):
+    monkeypatch.setenv("PYTORCH_ALLOC_CONF", "expandable_segments:True")
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:128")
+    env = gl.system_info(frameworks=()).env
+    assert env["PYTORCH_ALLOC_CONF"] == "expandable_segments:True" and "PYTORCH_CUDA_ALLOC_CONF" in env
+
+
+def test_setup_on_cuda_makes_tensorflow_allocate_on_demand_once(fake_cuda, monkeypatch):
+    import gpulab.notebook as nb
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda d: type("P", (), {"name": "Tesla T4", "total_memory": 15 * 2**30})())
+    monkeypatch.delenv("TF_FORCE_GPU_ALLOW_GROWTH", raising=False)
+    monkeypatch.setattr(nb, "_said", set())
+    monkeypatch.delitem(sys.modules, "tensorflow", raising=False)          # TF not started yet
+    s = gl.setup()
+    assert os.environ["TF_FORCE_GPU_ALLOW_GROWTH"] == "true" and "Tesla T4" in s.banner
+    assert any("as it needs it" in n for n in s.notes) and "as it needs it" in repr(s)
+    assert gl.setup().notes == ()                                           # said once
+
+    grown = []
+    gpus = ["GPU:0"]
+    fake_tf = type(sys)("tensorflow")
+    fake_tf.config = type("C", (), {"list_physical_devices": staticmethod(lambda kind: gpus),
+                                    "experimental": type("E", (), {"set_memory_growth": staticmethod(
+                                        lambda g, on: grown.append((g, on)))})})
+    monkeypatch.setitem(sys.modules, "tensorflow", fake_tf)               # TF imported before setup()
+    monkeypatch.setattr(nb, "_said", set())
+    assert gl.setup().notes and grown == [("GPU:0", True)]
+
+
+def test_setup_on_cpu_leaves_tensorflow_alone(monkeypatch):
+    monkeypatch.delenv("TF_FORCE_GPU_ALLOW_GROWTH", raising=False)
+    s = gl.setup()
+    assert s.kind == "cpu" and s.notes == () and "TF_FORCE_GPU_ALLOW_GROWTH" not in os.environ

@@ -159,7 +159,7 @@ def baseline_alone(info: WorkerInfo, args: argparse.Namespace) -> dict[str, Any]
             out.update({f"{name}_items_per_s": r.items_per_s, f"{name}_median_step_s": r.median_step_s,
                         f"{name}_threads": threads, f"{name}_step_times_s": list(r.step_times_s)})
         torch.set_num_threads(before)
-    dist.barrier()
+    gl.distributed.barrier(info)
     return out
 
 
@@ -207,7 +207,7 @@ def allreduce_timing(info: WorkerInfo, nbytes: int, reps: int = 5) -> dict[str, 
     dist.all_reduce(buf)                                     # first call sets up connections and buffers
     times = []
     for _ in range(reps):
-        dist.barrier()
+        gl.distributed.barrier(info)
         gl.synchronize(info.device)
         t0 = time.perf_counter()
         dist.all_reduce(buf)
@@ -237,7 +237,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         if args.steps:
             figures = report(**ddp_throughput(info, args))
             report(**allreduce_timing(info, figures["grad_bytes"], args.allreduce_reps))
-        dist.barrier()
+        gl.distributed.barrier(info)
     finally:
         dist.destroy_process_group()
     done = report()
