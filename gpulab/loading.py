@@ -23,8 +23,9 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from ._check import flag, per_label, table_rows, whole
 from ._format import NA, TableView, fmt_number, fmt_seconds, html_table
@@ -183,11 +184,52 @@ def _machine_busy_s() -> float | None:
 
 
 def _count(batch: Any) -> int:
+    if isinstance(batch, list) and batch and all(isinstance(b, Mapping) for b in batch):
+        # DALIGenericIterator's own output: one {output name: tensor} dict per pipeline (GPU)
+        return sum(_count(next(iter(b.values()))) for b in batch if b)
+    if isinstance(batch, Mapping):
+        batch = next(iter(batch.values()))
     first = batch[0] if isinstance(batch, (tuple, list)) else batch
     shape = getattr(first, "shape", None)
     if shape is not None and len(shape):
         return int(shape[0])
     return len(first)
+
+
+def _cuda_devices(batch: Any) -> list[Any]:
+    """The CUDA devices holding tensors of ``batch`` (a tensor, or tuples / lists / dicts of them, as
+    DataLoader, :class:`~gpulab.pipelines.DaliLoader` and ``DALIGenericIterator`` yield), in order of
+    appearance. Plain attribute reads: no torch import, nearly free for CPU batches."""
+    found: list[Any] = []
+    todo = [batch]
+    while todo:
+        x = todo.pop()
+        if isinstance(x, (tuple, list)):
+            todo.extend(reversed(x))
+        elif isinstance(x, Mapping):
+            todo.extend(reversed(list(x.values())))
+        elif getattr(x, "is_cuda", False) is True:
+            dev = x.device
+            if all(str(dev) != str(d) for d in found):
+                found.append(dev)
+    return found
+
+
+def _wait_for_batch(batch: Any) -> None:
+    """Block until a batch on a CUDA device is really there. A DALI GPU pipeline (and any loader that
+    copies with ``non_blocking=True``) hands out tensors whose data is still being produced: DALI copies its
+    outputs into the torch tensors on torch's current stream, ordered after its own GPU work, and returns
+    at once (``nvidia.dali.plugin.pytorch``: ``feed_ndarray(..., cuda_stream=torch.cuda.current_stream())``;
+    ``copy_to_external`` orders the copy after the buffer's producer). Without this wait the data clock
+    stops early and DALI's decoding and augmentation are charged to the training step. The whole device is
+    synchronised, through :func:`gpulab.timing.synchronize` (the one place that knows how): the batches
+    DALI has already scheduled ahead count as data work too, not as the step's. CPU batches cost nothing."""
+    devices = _cuda_devices(batch)
+    if devices:
+        from .timing import synchronize
+
+        for dev in devices:
+            synchronize(dev)
 
 
 def _to_device(batch: Any, device: Any, non_blocking: bool) -> Any:
@@ -222,6 +264,8 @@ def measure_loader(loader: Iterable[Any], step: Callable[[Any], Any] | None = No
             pipeline build, first-call costs); their time is ``first_batch_s``.
         device: move each batch there before the step (``tensor.to(device, non_blocking=...)``) and
             synchronise it after the step, so compute includes the copy and the queued GPU work.
+            A loader that already delivers CUDA tensors (DALI on a GPU) is waited for before its data
+            wait ends, so the GPU work it queued counts as data time, not compute.
         monitor: a running :class:`gpulab.Monitor`: each wait and step is marked as a "data" or "compute"
             phase, which ``trace.diagnose()`` reads.
 
@@ -260,6 +304,7 @@ def measure_loader(loader: Iterable[Any], step: Callable[[Any], Any] | None = No
             try:
                 with phase("data") if phase is not None and seen >= warmup_batches else contextlib.nullcontext():
                     batch = next(it)
+                    _wait_for_batch(batch)   # GPU batches (DALI "mixed"/"gpu"): the data clock runs until ready
             except StopIteration:
                 if t_start is not None:
                     overhead += time.perf_counter() - t0

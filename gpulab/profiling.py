@@ -39,7 +39,7 @@ import re
 import statistics
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
@@ -115,7 +115,14 @@ def _phase_of(name: str) -> str | None:
 # results
 @dataclass(frozen=True)
 class OpStat:
-    """One operator (or kernel), aggregated over the profiled steps. Times are totals in seconds."""
+    """One operator (or kernel), aggregated over the profiled steps. Times are totals in seconds.
+
+    On CUDA, torch.profiler gives a CPU operator (``aten::mm``) the device time of the kernels it launched
+    (``self_device_time_total``/``device_time_total``), and each kernel has its own row with the same time
+    as its self device time: a sum over all rows counts every kernel twice. ``device_work`` marks the rows
+    whose self device time is the work itself (kernels, copies, memsets: what torch's own "Self CUDA time
+    total" sums); :attr:`ProfileSummary.device_time_s` adds up those.
+    """
 
     name: str
     calls: int
@@ -125,6 +132,7 @@ class OpStat:
     device_total_s: float | None = None
     self_cpu_memory_bytes: int | None = None
     self_device_memory_bytes: int | None = None
+    device_work: bool = False   # a device row (kernel, memcpy, memset): its device time is counted once
 
 
 @dataclass(frozen=True)
@@ -147,6 +155,43 @@ def _is_device_event(ev: Any) -> bool:
     dt = getattr(ev, "device_type", None)
     dt = dt() if callable(dt) else dt
     return str(dt).rsplit(".", 1)[-1].upper() in ("CUDA", "PRIVATEUSE1", "XPU", "MTIA", "HIP")
+
+
+def _is_device_work(ev: Any) -> bool:
+    """A kernel, memcpy or memset: a device event that is not a ``gpu_user_annotation``. Kineto also puts
+    each ``record_function``/:func:`phase` range on the device timeline (device type CUDA,
+    ``is_user_annotation`` True) spanning the range's first to last kernel, gaps included: counting those
+    would report the GPU busy while it idles between kernels. torch's own table leaves them out of its
+    device total the same way (``profiler_util._build_table``)."""
+    return _is_device_event(ev) and not getattr(ev, "is_user_annotation", False)
+
+
+# torch.profiler's averaged rows (FunctionEventAvg) name device figures "device" since torch 2.4
+# (pytorch/pytorch#123247) and "cuda" before (self_cuda_time_total, cuda_time_total, self_cuda_memory_usage);
+# read the new name, else the old one.
+_DEVICE_NAMES = {"self_device_time_total": "self_cuda_time_total", "device_time_total": "cuda_time_total",
+                 "self_device_memory_usage": "self_cuda_memory_usage"}
+
+
+def _device_attr(row: Any, name: str) -> Any:
+    """``row.<name>`` under its current or its pre-2.4 spelling (see ``_DEVICE_NAMES``); None when neither
+    exists. The old spelling survives in new torch as deprecated properties of FunctionEvent that warn, so
+    it is only read when the new one is missing."""
+    if hasattr(row, name):
+        return getattr(row, name)
+    old = _DEVICE_NAMES[name]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        return getattr(row, old, None)
+
+
+def _counts_device_time(row: Any) -> bool:
+    """Whether a key_averages row's self device time is device work itself, counted once in a total: a
+    device row that is not a user annotation, or a legacy-profiler CPU row (the legacy profiler stores each
+    operator's kernel time on the CPU event and has no kernel rows). The rule of torch's table footer."""
+    if _is_device_event(row):
+        return not getattr(row, "is_user_annotation", False)
+    return bool(getattr(row, "is_legacy", False))
 
 
 def _interval_s(ev: Any) -> tuple[float, float]:
@@ -180,6 +225,8 @@ def check_device_events(events: Sequence[Any], profiled: bool, cuda_used: bool,
     """Count the device events among profiler ``events`` (objects with ``device_type`` and ``time_range``
     in microseconds, like ``torch.autograd.profiler_util.FunctionEvent``) and say whether their absence
     is normal (no device profiled, or the code never touched it) or a recording failure (CUPTI).
+    Kernels, copies and memsets count; the device-side copies of annotated ranges
+    (``gpu_user_annotation``, ``is_user_annotation`` True) do not.
 
     Example:
         >>> check_device_events([], profiled=False, cuda_used=False).kernels is None
@@ -187,7 +234,7 @@ def check_device_events(events: Sequence[Any], profiled: bool, cuda_used: bool,
     """
     if not profiled:
         return DeviceCheck(False, None, None, None, "CPU only: no device was profiled")
-    kern = [e for e in events if _is_device_event(e)]
+    kern = [e for e in events if _is_device_work(e)]
     if not kern:
         if not cuda_used:
             return DeviceCheck(True, 0, 0.0, None, "CUDA was profiled but this code launched no GPU work")
@@ -226,12 +273,17 @@ class ProfileSummary:
     ranges_s: dict[str, float] = field(default_factory=dict)   # every record_function range, total seconds
     step_s: float = field(init=False)     # median wall time of a profiled step (profiler overhead included)
     total_s: float = field(init=False)    # all profiled steps
+    # device time over all profiled steps, each kernel/copy counted once (the self device time of the
+    # ``device_work`` rows); None when no device time was recorded
+    device_time_s: float | None = field(init=False)
 
     def __post_init__(self) -> None:
         if not self.step_times_s or self.steps != len(self.step_times_s):
             raise ValueError(f"need one time per profiled step, got {len(self.step_times_s)} for {self.steps} steps")
         object.__setattr__(self, "step_s", statistics.median(self.step_times_s))
         object.__setattr__(self, "total_s", float(sum(self.step_times_s)))
+        work = [o.self_device_s for o in self.ops if o.device_work and o.self_device_s is not None]
+        object.__setattr__(self, "device_time_s", float(sum(work)) if work else None)
 
     def share(self, name: str) -> float:
         """Share of the profiled step time spent in phase ``name`` (0..1)."""
@@ -260,17 +312,27 @@ class ProfileSummary:
         return df.sort_values(col, ascending=False).head(n)
 
     def to_dataframe(self) -> Any:
-        """Every operator, per profiled step: calls, self/total CPU ms, self/total device ms, memory."""
+        """Every operator, per profiled step: calls, self/total CPU ms, self/total device ms, memory.
+
+        On a GPU an operator row (``aten::mm``) shows the device time of the kernels it launched and each
+        kernel has its own row (``device_work`` True) with the same time: sum ``self_device_ms_per_step``
+        over the ``device_work`` rows only. ``self_device_pct`` is a share of :attr:`device_time_s`, which
+        counts each kernel once (an operator and its kernel each show the same share, as in torch's table).
+        """
         import pandas as pd
 
         n = self.steps
         total_self = sum(o.self_cpu_s for o in self.ops) or 1.0
+        total_dev = self.device_time_s
         rows = []
         for o in self.ops:
             r = {"operator": o.name, "calls_per_step": o.calls / n, "self_cpu_ms_per_step": 1e3 * o.self_cpu_s / n,
                  "self_cpu_pct": 100 * o.self_cpu_s / total_self, "cpu_total_ms_per_step": 1e3 * o.cpu_total_s / n,
                  "self_device_ms_per_step": None if o.self_device_s is None else 1e3 * o.self_device_s / n,
-                 "device_total_ms_per_step": None if o.device_total_s is None else 1e3 * o.device_total_s / n}
+                 "self_device_pct": (None if o.self_device_s is None or not total_dev
+                                     else 100 * o.self_device_s / total_dev),
+                 "device_total_ms_per_step": None if o.device_total_s is None else 1e3 * o.device_total_s / n,
+                 "device_work": o.device_work}
             if self.memory:
                 r["self_cpu_memory_bytes_per_step"] = (None if o.self_cpu_memory_bytes is None
                                                        else o.self_cpu_memory_bytes / n)
@@ -351,7 +413,10 @@ class ProfileSummary:
                + (f" (median {fmt_seconds(self.median_op_s)})" if self.median_op_s is not None else "")
                + (f", {self.syncs_per_step:.0f} .item() calls per step" if self.syncs_per_step else ""))
         trace = f"trace: {self.trace_path}" if self.trace_path else "no trace file written"
-        return f"{ops}. Device: {self.device.note}. {trace}"
+        dev = ("" if self.device_time_s is None else
+               f" Device time {fmt_seconds(self.device_time_s / self.steps)} per step (each kernel once; an "
+               "operator's self device time repeats its kernels').")
+        return f"{ops}. Device: {self.device.note}.{dev} {trace}"
 
     def __repr__(self) -> str:
         header, rows = self._op_rows()
@@ -513,6 +578,23 @@ def profile(fn: Callable[[], Any], steps: int = 5, warmup: int = 1, *, label: st
     return _summarise(prof, label, kind, steps, warmup, cuda, cuda_used, memory, path[0] if path else None)
 
 
+def _op_stat(a: Any, cuda: bool, memory: bool) -> OpStat:
+    """One ``key_averages()`` row (``FunctionEventAvg``, times in microseconds) as an :class:`OpStat`."""
+    is_dev = _is_device_event(a)
+
+    def dev_s(name: str) -> float | None:
+        v = _device_attr(a, name) if cuda else None
+        return None if v is None else v / 1e6
+
+    mem = _device_attr(a, "self_device_memory_usage") if memory and cuda else None
+    return OpStat(a.key, int(a.count), 0.0 if is_dev else a.self_cpu_time_total / 1e6,
+                  0.0 if is_dev else a.cpu_time_total / 1e6,
+                  dev_s("self_device_time_total"), dev_s("device_time_total"),
+                  int(a.self_cpu_memory_usage) if memory else None,
+                  None if mem is None else int(mem),
+                  device_work=cuda and _counts_device_time(a))
+
+
 def _summarise(prof: Any, label: str, kind: str, steps: int, warmup: int, cuda: bool, cuda_used: bool,
                memory: bool, trace_path: str | None) -> ProfileSummary:
     events = list(prof.events())
@@ -565,21 +647,19 @@ def _summarise(prof: Any, label: str, kind: str, steps: int, warmup: int, cuda: 
             a, b = _interval_s(e)
             top_ops.append(b - a)
     dev = check_device_events(events, cuda, cuda_used, windows)
-    ops = []
-    for a in prof.key_averages():
-        if a.key.startswith("ProfilerStep") or getattr(a, "is_user_annotation", False):
-            continue
-        is_dev = _is_device_event(a)
-        self_dev = getattr(a, "self_device_time_total", None)
-        dev_total = getattr(a, "device_time_total", None)
-        ops.append(OpStat(
-            a.key, int(a.count), 0.0 if is_dev else a.self_cpu_time_total / 1e6,
-            0.0 if is_dev else a.cpu_time_total / 1e6,
-            (self_dev / 1e6 if self_dev is not None else None) if cuda else None,
-            (dev_total / 1e6 if dev_total is not None else None) if cuda else None,
-            int(a.self_cpu_memory_usage) if memory else None,
-            int(getattr(a, "self_device_memory_usage", 0)) if memory and cuda else None))
+    ops = [_op_stat(a, cuda, memory) for a in prof.key_averages()
+           if not a.key.startswith("ProfilerStep") and not getattr(a, "is_user_annotation", False)]
     ops.sort(key=lambda o: (o.self_cpu_s, o.self_device_s or 0.0), reverse=True)
+    if dev.kernels and not any(o.device_work and o.self_device_s is not None for o in ops):
+        # events came back but the averaged rows carry no device time this code can read: say so rather
+        # than show empty device columns under "CUPTI working"
+        dev = replace(dev, note=f"{dev.note}, but this torch's key_averages() rows carry no device time gpulab "
+                                "can read (neither self_device_time_total nor self_cuda_time_total on kernel "
+                                "rows): device columns are empty - read the trace instead")
+    elif dev.profiled and not dev.kernels and any(o.device_work and o.self_device_s for o in ops):
+        # torch's GPU fallback (no CUPTI): CUDA events around each operator time it, on the CPU rows
+        dev = replace(dev, note=f"{dev.note}; torch's CUDA-event fallback timed each operator instead "
+                                "(self device times on the operator rows, no kernel rows)")
     return ProfileSummary(
         label=label, device_kind=kind, steps=n, warmup=warmup,
         step_times_s=tuple(b - a for a, b in windows), phases_s=phases, ops=tuple(ops),

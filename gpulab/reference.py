@@ -12,7 +12,8 @@ Example:
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import re
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 
@@ -243,7 +244,15 @@ PUBLISHED: dict[str, Published] = {p.key: p for p in (
 
 @dataclass(frozen=True)
 class GPUSpec:
-    """Datasheet peaks of one GPU (dense, no sparsity). Rates are per second."""
+    """Datasheet peaks of one GPU (dense, no sparsity). Rates are per second.
+
+    ``aliases``: the exact names the card reports (``torch.cuda.get_device_name()`` and ``nvidia-smi``
+    print the same string) and accepted short names; :func:`gpu_spec` matches them exactly.
+    ``mig_slices``: compute slices of a card that supports Multi-Instance GPU (7 on A100 and H100).
+    For a MIG slice (see :func:`gpu_spec`), ``parent`` is the whole card's name and ``mig_profile`` the
+    profile (``"1g.5gb"``); its compute and memory figures are the slice's share, ``tdp_w`` the whole card's
+    (power is not partitioned).
+    """
 
     name: str
     architecture: str
@@ -258,6 +267,9 @@ class GPUSpec:
     source: str
     url: str
     aliases: tuple[str, ...] = ()
+    mig_slices: int | None = None
+    parent: str | None = None
+    mig_profile: str | None = None
 
     def ridge_point(self, dtype: str = "fp16") -> float:
         """FLOPs per byte above which a kernel is compute-bound on this GPU."""
@@ -267,22 +279,38 @@ class GPUSpec:
 
 _GB = 10**9
 _GIB = 2**30
+_V100 = ("NVIDIA V100 datasheet", "https://www.nvidia.com/en-us/data-center/v100/")
+_A100 = ("NVIDIA A100 datasheet", "https://www.nvidia.com/en-us/data-center/a100/")
+_H100 = ("NVIDIA H100 datasheet", "https://www.nvidia.com/en-us/data-center/h100/")
+# Aliases: the exact device names (torch.cuda.get_device_name() / nvidia-smi; drivers before R460 print the
+# A100's without "NVIDIA ", which gpu_spec accepts for every card) and accepted short names.
 GPU_SPECS: dict[str, GPUSpec] = {s.name: s for s in (
     GPUSpec("T4", "Turing", (7, 5), 16 * _GIB, 320 * _GB, 8.1e12, 65e12, None, None, 70,
-            "NVIDIA T4 datasheet", "https://www.nvidia.com/en-us/data-center/tesla-t4/", ("tesla t4",)),
-    GPUSpec("V100 SXM2", "Volta", (7, 0), 16 * _GIB, 900 * _GB, 15.7e12, 125e12, None, None, 300,
-            "NVIDIA V100 datasheet", "https://www.nvidia.com/en-us/data-center/v100/", ("v100",)),
+            "NVIDIA T4 datasheet", "https://www.nvidia.com/en-us/data-center/tesla-t4/", ("Tesla T4",)),
+    GPUSpec("V100 SXM2", "Volta", (7, 0), 16 * _GIB, 900 * _GB, 15.7e12, 125e12, None, None, 300, *_V100,
+            ("Tesla V100-SXM2-16GB", "V100 SXM2 16GB")),
+    GPUSpec("V100 SXM2 32GB", "Volta", (7, 0), 32 * _GIB, 900 * _GB, 15.7e12, 125e12, None, None, 300, *_V100,
+            ("Tesla V100-SXM2-32GB",)),
+    GPUSpec("V100 PCIe 16GB", "Volta", (7, 0), 16 * _GIB, 900 * _GB, 14e12, 112e12, None, None, 250, *_V100,
+            ("Tesla V100-PCIE-16GB",)),
+    GPUSpec("V100 PCIe 32GB", "Volta", (7, 0), 32 * _GIB, 900 * _GB, 14e12, 112e12, None, None, 250, *_V100,
+            ("Tesla V100-PCIE-32GB",)),
     GPUSpec("L4", "Ada Lovelace", (8, 9), 24 * _GIB, 300 * _GB, 30.3e12, 121e12, 121e12, 60e12, 72,
-            "NVIDIA L4 datasheet", "https://www.nvidia.com/en-us/data-center/l4/", ("nvidia l4",)),
-    GPUSpec("A100 40GB SXM", "Ampere", (8, 0), 40 * _GIB, 1555 * _GB, 19.5e12, 312e12, 312e12, 156e12, 400,
-            "NVIDIA A100 datasheet", "https://www.nvidia.com/en-us/data-center/a100/",
-            ("a100-sxm4-40gb", "a100-pcie-40gb", "a100 40gb")),
-    GPUSpec("A100 80GB SXM", "Ampere", (8, 0), 80 * _GIB, 2039 * _GB, 19.5e12, 312e12, 312e12, 156e12, 400,
-            "NVIDIA A100 datasheet", "https://www.nvidia.com/en-us/data-center/a100/",
-            ("a100-sxm4-80gb", "a100 80gb")),
-    GPUSpec("H100 SXM", "Hopper", (9, 0), 80 * _GIB, 3350 * _GB, 67e12, 989e12, 989e12, 494.5e12, 700,
-            "NVIDIA H100 datasheet", "https://www.nvidia.com/en-us/data-center/h100/", ("h100 80gb hbm3", "h100-sxm")),
+            "NVIDIA L4 datasheet", "https://www.nvidia.com/en-us/data-center/l4/", ("NVIDIA L4",)),
+    GPUSpec("A100 40GB SXM", "Ampere", (8, 0), 40 * _GIB, 1555 * _GB, 19.5e12, 312e12, 312e12, 156e12, 400, *_A100,
+            ("NVIDIA A100-SXM4-40GB",), mig_slices=7),
+    GPUSpec("A100 40GB PCIe", "Ampere", (8, 0), 40 * _GIB, 1555 * _GB, 19.5e12, 312e12, 312e12, 156e12, 250, *_A100,
+            ("NVIDIA A100-PCIE-40GB",), mig_slices=7),
+    GPUSpec("A100 80GB SXM", "Ampere", (8, 0), 80 * _GIB, 2039 * _GB, 19.5e12, 312e12, 312e12, 156e12, 400, *_A100,
+            ("NVIDIA A100-SXM4-80GB",), mig_slices=7),
+    GPUSpec("A100 80GB PCIe", "Ampere", (8, 0), 80 * _GIB, 1935 * _GB, 19.5e12, 312e12, 312e12, 156e12, 300, *_A100,
+            ("NVIDIA A100 80GB PCIe",), mig_slices=7),
+    GPUSpec("H100 SXM", "Hopper", (9, 0), 80 * _GIB, 3350 * _GB, 67e12, 989e12, 989e12, 494.5e12, 700, *_H100,
+            ("NVIDIA H100 80GB HBM3",), mig_slices=7),
+    GPUSpec("H100 PCIe", "Hopper", (9, 0), 80 * _GIB, 2000 * _GB, 51e12, 756.5e12, 756.5e12, 378e12, 350, *_H100,
+            ("NVIDIA H100 PCIe",), mig_slices=7),
 )}
+MIG_GUIDE = "https://docs.nvidia.com/datacenter/tesla/mig-user-guide/supported-mig-profiles.html"
 
 
 def published(key: str) -> Published:
@@ -293,15 +321,86 @@ def published(key: str) -> Published:
         raise KeyError(f"no published figure {key!r}; known: {', '.join(sorted(PUBLISHED))}") from None
 
 
+def _norm(name: str) -> str:
+    """Case, spacing and a leading "NVIDIA " do not matter; everything else must match exactly."""
+    n = " ".join(name.split()).casefold()
+    return n[len("nvidia "):] if n.startswith("nvidia ") else n
+
+
+def _lookup() -> dict[str, GPUSpec]:
+    table: dict[str, GPUSpec] = {}
+    for spec in GPU_SPECS.values():
+        for key in (spec.name, *spec.aliases):
+            if table.setdefault(_norm(key), spec) is not spec:   # pragma: no cover - a data error
+                raise RuntimeError(f"GPU name {key!r} is given to both {table[_norm(key)].name} and {spec.name}")
+    return table
+
+
+_MIG = re.compile(r"^(?P<parent>.+?)\s+MIG\s+(?P<g>\d+)g\.(?P<mem>\d+)gb(?P<ext>(?:[+-][a-z.]+)*)$", re.IGNORECASE)
+
+
+def _unknown(name: str) -> KeyError:
+    words = {w for w in re.split(r"[\s-]+", _norm(name)) if len(w) >= 2} - {"tesla", "pcie", "sxm", "gb"}
+    near = [s.name for s in GPU_SPECS.values()
+            if words & {w for k in (s.name, *s.aliases) for w in re.split(r"[\s-]+", _norm(k))}]
+    hint = f" (similar: {', '.join(near)})" if near else ""
+    return KeyError(f"no datasheet figures for {name!r}{hint}; known GPUs: "
+                    + "; ".join(f"{s.name} ({', '.join(s.aliases)})" if s.aliases else s.name
+                                for s in GPU_SPECS.values()))
+
+
+def _mig_slice(parent: GPUSpec, g: int, mem_gb: int, profile: str, name: str) -> GPUSpec:
+    total_gb = round(parent.memory_bytes / _GIB)
+    if parent.mig_slices is None:
+        raise KeyError(f"{name!r}: the {parent.name} does not support MIG")
+    if not 1 <= g <= parent.mig_slices or not 1 <= mem_gb <= total_gb:
+        raise KeyError(f"{name!r}: {profile} is not a MIG profile of the {parent.name} "
+                       f"({parent.mig_slices} compute slices, {total_gb} GB); see {MIG_GUIDE}")
+    compute, memory = g / parent.mig_slices, mem_gb / total_gb
+    scale = lambda v: None if v is None else v * compute   # noqa: E731
+    return replace(parent, name=f"{parent.name} MIG {profile}", memory_bytes=int(parent.memory_bytes * memory),
+                   bandwidth_bytes_per_s=parent.bandwidth_bytes_per_s * memory, fp32_flops=parent.fp32_flops * compute,
+                   fp16_tensor_flops=parent.fp16_tensor_flops * compute, bf16_tensor_flops=scale(parent.bf16_tensor_flops),
+                   tf32_tensor_flops=scale(parent.tf32_tensor_flops),
+                   source=f"{parent.source}, scaled to the MIG slice: compute {g}/{parent.mig_slices}, memory and "
+                          f"bandwidth {mem_gb}/{total_gb} (NVIDIA MIG User Guide, {MIG_GUIDE})",
+                   aliases=(), mig_slices=None, parent=parent.name, mig_profile=profile)
+
+
 def gpu_spec(name: str) -> GPUSpec:
-    """Datasheet figures for a GPU, matched loosely: ``"T4"``, ``"Tesla T4"``, ``"NVIDIA A100-SXM4-40GB"``."""
+    """Datasheet figures for the GPU called ``name``: the exact string ``torch.cuda.get_device_name()`` or
+    ``nvidia-smi`` prints (``"Tesla T4"``, ``"NVIDIA A100-SXM4-40GB"``, ``"NVIDIA A100 80GB PCIe"``,
+    ``"NVIDIA H100 80GB HBM3"``) or a short name from :func:`gpu_specs` (``"T4"``, ``"A100 80GB SXM"``).
+    Case, spacing and a leading "NVIDIA " do not matter; nothing else is guessed: an unknown or partial name
+    (``"A100"``, ``"NVIDIA A10G"``) raises ``KeyError`` listing the known cards, rather than returning figures
+    of a different card.
+
+    A MIG instance (``"NVIDIA A100-SXM4-40GB MIG 1g.5gb"``) gets its slice of the card, labelled as such:
+    compute peaks times g/7 (its share of the compute slices), memory and bandwidth times its share of the
+    card's memory (5/40 GB), as in NVIDIA's MIG profile tables; ``parent`` names the whole card. A learner on a
+    slice then compares their measurements with what the slice can do, not with the whole card.
+
+    Example:
+        >>> gpu_spec("NVIDIA A100 80GB PCIe").name
+        'A100 80GB PCIe'
+        >>> s = gpu_spec("NVIDIA A100-SXM4-40GB MIG 1g.5gb")
+        >>> s.parent, s.memory_bytes // 2**30, round(s.fp16_tensor_flops / 1e12, 1)
+        ('A100 40GB SXM', 5, 44.6)
+    """
     if not isinstance(name, str) or not name.strip():
         raise ValueError("gpu_spec needs a GPU name such as 'T4' or torch.cuda.get_device_name()")
-    n = name.lower().replace("nvidia", "").strip()
-    for spec in GPU_SPECS.values():
-        if n == spec.name.lower() or any(a in n for a in spec.aliases):
-            return spec
-    raise KeyError(f"no datasheet figures for {name!r}; known GPUs: {', '.join(GPU_SPECS)}")
+    table = _lookup()
+    spec = table.get(_norm(name))
+    if spec is not None:
+        return spec
+    m = _MIG.match(" ".join(name.split()))
+    if m:
+        parent = table.get(_norm(m["parent"]))
+        if parent is None:
+            raise _unknown(m["parent"])
+        profile = f"{int(m['g'])}g.{int(m['mem'])}gb{m['ext'].lower()}"
+        return _mig_slice(parent, int(m["g"]), int(m["mem"]), profile, name)
+    raise _unknown(name)
 
 
 def references() -> Any:

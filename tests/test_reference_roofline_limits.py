@@ -22,11 +22,96 @@ def test_every_published_figure_has_provenance():
         gl.published("nope")
 
 
-@pytest.mark.parametrize("name,expected", [("Tesla T4", "T4"), ("NVIDIA A100-SXM4-40GB", "A100 40GB SXM"),
-                                           ("NVIDIA A100-SXM4-80GB", "A100 80GB SXM"), ("NVIDIA L4", "L4"),
-                                           ("NVIDIA H100 80GB HBM3", "H100 SXM"), ("t4", "T4")])
+# The strings torch.cuda.get_device_name() / nvidia-smi print (drivers before R460: A100 names without "NVIDIA ").
+DEVICE_NAMES = [("Tesla T4", "T4"), ("NVIDIA L4", "L4"),
+                ("Tesla V100-SXM2-16GB", "V100 SXM2"), ("Tesla V100-SXM2-32GB", "V100 SXM2 32GB"),
+                ("Tesla V100-PCIE-16GB", "V100 PCIe 16GB"), ("Tesla V100-PCIE-32GB", "V100 PCIe 32GB"),
+                ("NVIDIA A100-SXM4-40GB", "A100 40GB SXM"), ("A100-SXM4-40GB", "A100 40GB SXM"),
+                ("NVIDIA A100-PCIE-40GB", "A100 40GB PCIe"), ("A100-PCIE-40GB", "A100 40GB PCIe"),
+                ("NVIDIA A100-SXM4-80GB", "A100 80GB SXM"), ("NVIDIA A100 80GB PCIe", "A100 80GB PCIe"),
+                ("NVIDIA H100 80GB HBM3", "H100 SXM"), ("NVIDIA H100 PCIe", "H100 PCIe")]
+
+
+@pytest.mark.parametrize("name,expected", DEVICE_NAMES + [("t4", "T4"), (" nvidia  a100-sxm4-40gb ", "A100 40GB SXM")])
 def test_gpu_spec_matches_cuda_device_names(name, expected):
     assert gl.gpu_spec(name).name == expected
+
+
+def test_every_card_answers_to_its_short_name_and_device_name():
+    for s in GPU_SPECS.values():
+        assert gl.gpu_spec(s.name) is s and all(gl.gpu_spec(a) is s for a in s.aliases)
+        assert s.url.startswith("https://www.nvidia.com/") and "datasheet" in s.source
+    assert {expected for _, expected in DEVICE_NAMES} == set(GPU_SPECS)   # every card has its device name
+
+
+@pytest.mark.parametrize("name", [
+    "A100", "V100", "H100", "NVIDIA A10G", "NVIDIA A10", "NVIDIA H100 NVL", "Tesla V100S-PCIE-32GB",
+    "NVIDIA A100-SXM4-40GB-extra", "NVIDIA GeForce RTX 4090", "T4 or so"])
+def test_gpu_spec_never_guesses_a_card(name):
+    """Loose matching mapped e.g. a V100S (1134 GB/s) to the V100 SXM2: an unknown name must raise."""
+    with pytest.raises(KeyError, match="known GPUs") as e:
+        gl.gpu_spec(name)
+    assert "A100 80GB PCIe (NVIDIA A100 80GB PCIe)" in str(e.value)   # lists the cards and their device names
+
+
+def test_similar_cards_are_suggested():
+    with pytest.raises(KeyError, match="similar: A100 40GB SXM, A100 40GB PCIe, A100 80GB SXM, A100 80GB PCIe"):
+        gl.gpu_spec("A100")
+
+
+def test_variants_loose_matching_confused():
+    v = gl.gpu_spec("Tesla V100-PCIE-32GB")
+    assert v.memory_bytes == 32 * 2**30 and v.tdp_w == 250 and v.fp16_tensor_flops == 112e12
+    a = gl.gpu_spec("NVIDIA A100 80GB PCIe")
+    assert a.bandwidth_bytes_per_s == 1935e9 and a.tdp_w == 300
+    assert gl.gpu_spec("NVIDIA A100-PCIE-40GB").tdp_w == 250
+
+
+def test_mig_instance_is_its_slice():
+    s = gl.gpu_spec("NVIDIA A100-SXM4-40GB MIG 1g.5gb")
+    card = GPU_SPECS["A100 40GB SXM"]
+    assert s.name == "A100 40GB SXM MIG 1g.5gb" and s.parent == card.name and s.mig_profile == "1g.5gb"
+    assert s.memory_bytes == 5 * 2**30 and s.bandwidth_bytes_per_s == pytest.approx(card.bandwidth_bytes_per_s / 8)
+    assert s.fp16_tensor_flops == pytest.approx(card.fp16_tensor_flops / 7)
+    assert s.fp32_flops == pytest.approx(card.fp32_flops / 7) and s.tf32_tensor_flops == pytest.approx(156e12 / 7)
+    assert s.compute_capability == card.compute_capability and "MIG" in s.source and s.aliases == ()
+    big = gl.gpu_spec("NVIDIA A100-SXM4-80GB MIG 3g.40gb")
+    assert big.memory_bytes == 40 * 2**30 and big.fp16_tensor_flops == pytest.approx(312e12 * 3 / 7)
+    me = gl.gpu_spec("NVIDIA H100 80GB HBM3 MIG 1g.10gb+me")
+    assert me.parent == "H100 SXM" and me.mig_profile == "1g.10gb+me"
+    assert gl.gpu_spec("A100-PCIE-40GB MIG 2g.10gb").parent == "A100 40GB PCIe"
+    full = gl.gpu_spec("NVIDIA A100-SXM4-40GB MIG 7g.40gb")
+    assert full.memory_bytes == card.memory_bytes and full.fp16_tensor_flops == pytest.approx(card.fp16_tensor_flops)
+    assert gl.choose_precision(gpu="NVIDIA A100-SXM4-40GB MIG 1g.5gb").precision == "bf16"
+
+
+@pytest.mark.parametrize("name", ["Tesla T4 MIG 1g.5gb", "NVIDIA A100-SXM4-40GB MIG 8g.40gb",
+                                  "NVIDIA A100-SXM4-40GB MIG 1g.80gb", "NVIDIA A10G MIG 1g.5gb"])
+def test_impossible_mig_names_raise(name):
+    with pytest.raises(KeyError):
+        gl.gpu_spec(name)
+
+
+def test_course_callers_still_resolve():
+    """Every GPU name the library and the notebooks pass to gpu_spec / choose_precision is known."""
+    import inspect
+    import json
+    import re
+    from pathlib import Path
+
+    from gpulab import memory, plots
+
+    literal = re.compile(r'"((?:Tesla |NVIDIA )?[AHLTV]\d{1,3}\b[^"{}]*)"')
+    names = set(inspect.signature(plots.plot_roofline).parameters["gpus"].default)
+    names |= set(literal.findall(inspect.getsource(memory.MemoryEstimate.fits)))
+    for nb in sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(nb.read_text())["cells"]:
+            src = "".join(cell["source"])
+            if cell["cell_type"] == "code" and ("gpu_spec" in src or "choose_precision(gpu" in src):
+                names |= set(literal.findall(src))
+    assert {"T4", "A100 40GB SXM", "H100 SXM", "V100 SXM2", "A100 80GB SXM", "L4"} <= names
+    for n in names:
+        gl.gpu_spec(n)
 
 
 def test_gpu_spec_unknown_and_table():
