@@ -6,11 +6,22 @@ PY := $(VENV)/bin/python
 # cpu or gpu TensorFlow, chosen by whether an NVIDIA driver lists a GPU; override with TF_FLAVOUR=cpu|gpu
 TF_FLAVOUR ?= $(shell if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then echo gpu; else echo cpu; fi)
 REQS := requirements/course.txt requirements/tf-$(TF_FLAVOUR).txt
+# torch's CUDA build for this machine's NVIDIA driver (tools/torch_wheel.py): pip arguments that take
+# the pinned torch from PyTorch's own index (e.g. cu126) when the driver or GPU cannot run PyPI's CUDA 13
+# wheel; empty with R580+ and on machines without an NVIDIA driver. Override: TORCH_WHEEL=pypi|cu126|...
+TORCH_WHEEL ?= auto
+TORCH_ARGS := $(shell $(PYTHON) tools/torch_wheel.py --wheel $(TORCH_WHEEL) 2>/dev/null || echo no-torch-build)
 # A stale venv is found by the hash of what it was built from (and which checkout it serves), never by timestamps.
 # The kernel's environment: log levels that keep TensorFlow and the PyTorch profiler quiet (gpulab.QUIET_ENV).
 KERNEL_ENV := TF_CPP_MIN_LOG_LEVEL 3 TF_ENABLE_ONEDNN_OPTS 0 KINETO_LOG_LEVEL 6 PYTHONWARNINGS ignore::DeprecationWarning
-REQ_HASH := $(shell (cat $(REQS) pyproject.toml; echo "$(CURDIR) $(KERNEL_ENV)") | sha256sum | cut -c1-16)
+REQ_HASH := $(shell (cat $(REQS) pyproject.toml; echo "$(CURDIR) $(KERNEL_ENV)$(if $(TORCH_ARGS), $(TORCH_ARGS))") | sha256sum | cut -c1-16)
 STAMP := $(VENV)/.gpulab-installed-$(REQ_HASH)
+# `make compat`: the unit tests against the oldest supported torch (requirements/compat.txt), in a second,
+# lean venv (no TensorFlow/DALI/JupyterLab) that imports gpulab from this checkout.
+COMPAT_VENV ?= .venv-compat
+COMPAT_PY := $(COMPAT_VENV)/bin/python
+COMPAT_HASH := $(shell cat requirements/compat.txt | sha256sum | cut -c1-16)
+COMPAT_STAMP := $(COMPAT_VENV)/.gpulab-compat-$(COMPAT_HASH)
 KERNEL := gpulab
 LAB_PORT ?= 8888
 PYTEST_ARGS ?=
@@ -18,18 +29,20 @@ PYTEST_ARGS ?=
 # venv's editable install points at another clone.
 export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 
-.PHONY: install lab test unit notebooks ui doctor clean help
+.PHONY: install lab test unit notebooks ui doctor compat compat-install clean help
 
 help:
 	@echo "make lab   - install the course stack (first time: a few minutes) and start JupyterLab"
 	@echo "make test  - install if needed, then unit tests, every notebook under nbval, and the UI suite"
+	@echo "make compat - the unit tests against the oldest supported torch, in a second venv ($(COMPAT_VENV))"
 
 install: $(STAMP)
 
 $(STAMP):
+	@$(PYTHON) tools/torch_wheel.py --wheel $(TORCH_WHEEL) --explain >/dev/null
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install -r requirements/course.txt -r requirements/tf-$(TF_FLAVOUR).txt -e .
+	$(PY) -m pip install -r requirements/course.txt -r requirements/tf-$(TF_FLAVOUR).txt$(if $(TORCH_ARGS), $(TORCH_ARGS)) -e .
 	$(PY) -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "Python 3 (gpulab)" \
 	    $$(printf -- '--env %s %s ' $(KERNEL_ENV))
 	$(PY) -m pip check
@@ -59,6 +72,21 @@ notebooks: install
 
 ui: install
 	$(PY) -m pytest $(PYTEST_ARGS) tests/ui
+
+compat-install: $(COMPAT_STAMP)
+
+$(COMPAT_STAMP):
+	@test -x $(COMPAT_PY) || $(PYTHON) -m venv $(COMPAT_VENV)
+	$(COMPAT_PY) -m pip install --quiet --upgrade pip
+	$(COMPAT_PY) -m pip install --quiet -r requirements/compat.txt
+	$(COMPAT_PY) -m pip check
+	@rm -f $(COMPAT_VENV)/.gpulab-compat-*
+	@touch $@
+	@echo "compat stack ready in $(COMPAT_VENV) (torch $$($(COMPAT_PY) -c 'import torch; print(torch.__version__)'))"
+
+# Tests that need what the compat venv leaves out (TensorFlow, DALI, Jupyter) skip there.
+compat: compat-install
+	$(COMPAT_PY) -m pytest $(PYTEST_ARGS) -p no:cacheprovider tests --ignore=tests/ui
 
 doctor: install
 	$(PY) -m gpulab doctor

@@ -50,7 +50,8 @@ Backend = Literal["gloo", "nccl"]
 RESULTS_ENV = "GPULAB_DIST_RESULTS"      # directory where each rank's report() writes rank-<N>.json
 BACKEND_ENV = "GPULAB_DIST_BACKEND"      # the backend launch() chose; init_worker() uses it
 TIMEOUT_ENV = "GPULAB_DIST_TIMEOUT_S"    # collectives time out with the launch, not after torch's 10 minutes
-_RANK_PREFIX = "[rank ${rank}] "          # torchrun's --log-line-prefix-template: global rank on every line
+_RANK_PREFIX = "[rank ${rank}] "          # torchrun's log line prefix: global rank on every line
+_PREFIX_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"   # read by torchrun since torch 2.2 (its flag only from 2.14)
 
 
 # --------------------------------------------------------------------------------------------- launcher side
@@ -147,7 +148,7 @@ def torchrun_command(script: str | os.PathLike[str], args: Sequence[str] = (), *
         cmd += ["--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}", f"--rdzv-id={rdzv_id}"]
         cmd += [f"--rdzv-conf={rdzv_conf}"] if rdzv_conf else []
     if log_dir is not None:
-        cmd += [f"--log-dir={log_dir}", "--tee=3", f"--log-line-prefix-template={_RANK_PREFIX}"]
+        cmd += [f"--log-dir={log_dir}", "--tee=3"]
     if is_module:
         cmd.append("-m")
     return cmd + [target, *map(str, args)]
@@ -482,7 +483,7 @@ def launch(script: str | os.PathLike[str], *args: Any, nproc: int = 2, nnodes: i
     package_root = str(Path(__file__).resolve().parent.parent)  # this gpulab, importable by every rank
     child_env = {**os.environ, **(env or {})}
     child_env.update({RESULTS_ENV: str(results_dir), BACKEND_ENV: backend, TIMEOUT_ENV: f"{timeout_s:g}",
-                      "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1",
+                      "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1", _PREFIX_ENV: _RANK_PREFIX,
                       "PYTHONPATH": os.pathsep.join([package_root, *filter(None, [child_env.get("PYTHONPATH")])])})
     store = _rendezvous_store() if nnodes > 1 else None
     endpoint = None if store is None else f"127.0.0.1:{store.port}"

@@ -154,8 +154,9 @@ def choose_precision(info: Any = None, *, gpu: str | None = None) -> PrecisionCh
     if caps is None:
         raise TypeError(f"info must be a gpulab.SystemInfo (from gl.system_info()), got {type(info).__name__}")
     if caps.device == "cuda":
-        ccs = [g.compute_capability for g in info.gpus if g.compute_capability]
-        names = sorted({g.name for g in info.gpus}) or ["GPU"]
+        seen = [g for g in info.gpus if getattr(g, "visible", True)]   # the GPUs CUDA processes see
+        ccs = [g.compute_capability for g in seen if g.compute_capability]
+        names = sorted({g.name for g in seen}) or ["GPU"]
         return _cuda_choice(", ".join(names), min(ccs) if ccs else None)
     if caps.device == "mps":
         return _choice("mps (Apple GPU)", "fp16", "Apple GPU", None,

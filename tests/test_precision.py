@@ -30,7 +30,7 @@ def test_float_formats_match_torch_finfo():
 
 
 @pytest.mark.parametrize("gpu,precision,policy,scaler", [
-    ("Tesla T4", "fp16", "mixed_float16", True), ("V100", "fp16", "mixed_float16", True),
+    ("Tesla T4", "fp16", "mixed_float16", True), ("V100 SXM2", "fp16", "mixed_float16", True),
     ("NVIDIA A100-SXM4-40GB", "bf16", "mixed_bfloat16", False), ("NVIDIA L4", "bf16", "mixed_bfloat16", False),
     ("H100 SXM", "bf16", "mixed_bfloat16", False)])
 def test_choice_for_named_gpus(gpu, precision, policy, scaler):
