@@ -89,6 +89,8 @@ def test_mig_slices_their_memory_and_empty_slots_are_quiet(fake_nvml, caplog):
     unset = nvml.device_order({})
     assert unset.devices == (slices[0],) and unset.ambiguous        # two slices: which one CUDA uses is a choice
     assert any("MIG-a1b2c3d4-0002" in n and "CUDA_VISIBLE_DEVICES" in n for n in unset.notes)
+    assert any("here the first it finds: NVIDIA A100-SXM4-40GB MIG 3g.20gb MIG-a1b2c3d4-0001" in n
+               for n in unset.notes)
 
 
 def test_mixed_gpus_order_is_flagged_until_pinned(fake_nvml):

@@ -373,10 +373,13 @@ def device_order(env: Mapping[str, str] | None = None) -> DeviceOrder:
                      "first, which may differ from nvidia-smi's order; set CUDA_DEVICE_ORDER=PCI_BUS_ID before "
                      "CUDA starts to make both agree")
     all_slices = [s for ss in slices.values() for s in ss]
-    if all_slices and len(all_slices) > 1:
-        notes.append(f"MIG is enabled: {len(all_slices)} slices ({', '.join(f'{s.name} {s.uuid}' for s in all_slices)}); "
-                     "a CUDA process uses one slice: set CUDA_VISIBLE_DEVICES to the MIG-… UUID of the one to use "
-                     "(nvidia-smi -L)")
+    if all_slices and "CUDA_VISIBLE_DEVICES" not in env:
+        first = next(slices[g.uuid][0] for g in ordered if slices.get(g.uuid))
+        notes.append(f"MIG is enabled: {len(all_slices)} slice(s) "
+                     f"({'; '.join(f'{s.name} {s.uuid}' for s in all_slices)}); a CUDA process uses one slice, "
+                     f"here the first it finds: {first.name} {first.uuid}"
+                     + ("; set CUDA_VISIBLE_DEVICES to the MIG-… UUID of the one to use (nvidia-smi -L)"
+                        if len(all_slices) > 1 else ""))
 
     def expand(g: NVMLDevice) -> NVMLDevice | None:
         """A MIG-enabled card is used through a slice (its first); a card with no slice gives nothing."""
