@@ -838,7 +838,9 @@ def mirrored_strategy(cpu_devices: int = 2) -> Any:
     With Keras 3, build *and* ``compile()`` the model inside ``strategy.scope()``.
     """
     whole("cpu_devices", cpu_devices)
-    import tensorflow as tf
+    from ._tf import import_tensorflow
+
+    tf = import_tensorflow()
 
     if tf.config.list_physical_devices("GPU"):
         return tf.distribute.MirroredStrategy()

@@ -63,7 +63,36 @@ def free_memory(device: Any = None) -> None:
 
 # ----------------------------------------------------------------------------------------------
 # the CPU tracker
-class MemoryTracker:
+class _Watch:
+    """Shows every tensor operation run inside it to ``self._seen(outputs, (args, kwargs))`` (a
+    ``TorchDispatchMode``); subclasses decide what to record."""
+
+    _mode: Any = None
+
+    def __enter__(self) -> Any:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        watch = self
+
+        class _Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                watch._seen(out, (args, kwargs))
+                return out
+
+        self._mode = _Mode()
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._mode.__exit__(*exc)
+        self._mode = None
+
+    def _seen(self, out: Any, inputs: Any) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+
+class MemoryTracker(_Watch):
     """Counts live tensor-storage bytes created inside it (a ``TorchDispatchMode``); optionally enforces
     a budget. ``current_bytes``, ``peak_bytes``; use through :func:`memory_budget` or :func:`peak_memory`."""
 
@@ -78,29 +107,9 @@ class MemoryTracker:
         self.allocations = 0
         self._live: dict[int, int] = {}
         self._refs: dict[int, Any] = {}
-        self._mode: Any = None
 
     def reset_peak(self) -> None:
         self.peak_bytes = self.current_bytes
-
-    def __enter__(self) -> "MemoryTracker":
-        from torch.utils._python_dispatch import TorchDispatchMode
-
-        tracker = self
-
-        class _Mode(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                out = func(*args, **(kwargs or {}))
-                tracker._seen(out, (args, kwargs))
-                return out
-
-        self._mode = _Mode()
-        self._mode.__enter__()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._mode.__exit__(*exc)
-        self._mode = None
 
     def _seen(self, out: Any, inputs: Any) -> None:
         torch = _torch()
@@ -609,30 +618,16 @@ def find_max_batch_size(step: Callable[[int], Any], start: int = 8, limit: int =
     return BatchSizeSearch(tuple(trials), int(capacity), margin, str(device), tuple(notes))
 
 
-class _LargestTensor:
-    """Records the shape of the largest tensor any operation creates inside it (a TorchDispatchMode)."""
+class _LargestTensor(_Watch):
+    """Records the shape of the largest tensor any operation creates inside it."""
 
     def __init__(self) -> None:
-        self.numel, self.shape, self._mode = 0, (), None
+        self.numel, self.shape = 0, ()
 
-    def __enter__(self) -> "_LargestTensor":
-        from torch.utils._python_dispatch import TorchDispatchMode
+    def _seen(self, out: Any, inputs: Any) -> None:
         from torch.utils._pytree import tree_leaves
 
-        watch = self
-
-        class _Mode(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                out = func(*args, **(kwargs or {}))
-                for t in tree_leaves(out):
-                    n = t.numel() if hasattr(t, "numel") else 0
-                    if n > watch.numel:
-                        watch.numel, watch.shape = n, tuple(t.shape)
-                return out
-
-        self._mode = _Mode()
-        self._mode.__enter__()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._mode.__exit__(*exc)
+        for t in tree_leaves(out):
+            n = t.numel() if hasattr(t, "numel") else 0
+            if n > self.numel:
+                self.numel, self.shape = n, tuple(t.shape)

@@ -75,11 +75,16 @@ def setup(seed: int | None = 0, quiet: bool = True) -> Session:
 
     The banner says what mode the lesson runs in, e.g. ``"CPU mode: sizes reduced; GPU figures shown
     from published sources"`` or ``"GPU mode: Tesla T4 (15 GiB)"``. On a CUDA machine TensorFlow is set to
-    allocate GPU memory on demand (before it starts; said once in ``notes``).
+    allocate GPU memory on demand (before it starts; said once in ``notes``). When TensorFlow and Triton are
+    both installed, Triton is loaded first, so importing TensorFlow later in the notebook cannot crash
+    PyTorch's compiler (tensorflow/tensorflow#124205).
     """
     if quiet:
         for k, v in QUIET_ENV.items():
             os.environ.setdefault(k, v)
+    from ._tf import preload_triton
+
+    preload_triton()   # before any TensorFlow import: Triton loaded after TF 2.20+ crashes the kernel
     kind = device_kind()
     notes = []
     if kind == "cuda":

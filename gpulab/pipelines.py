@@ -255,7 +255,9 @@ def tf_dataset(images: ImageSet, batch_size: int = 64, *, crop: int | None = Non
         >>> tuple(x.shape), y.dtype.name
         ((4, 16, 16, 3), 'int64')
     """
-    import tensorflow as tf
+    from ._tf import import_tensorflow
+
+    tf = import_tensorflow()
 
     _check_set(images)
     whole("batch_size", batch_size)
@@ -483,7 +485,9 @@ def dali_tf_dataset(images: ImageSet, batch_size: int = 64, *, crop: int | None 
     if not dali_tf_available():
         raise ImportError("DALI's TensorFlow plugin is not installed: pip install nvidia-dali-tf-plugin-cuda120 "
                           "--no-build-isolation (after tensorflow; it builds against the installed TensorFlow)")
-    import tensorflow as tf
+    from ._tf import import_tensorflow
+
+    tf = import_tensorflow()
     import nvidia.dali.plugin.tf as dali_tf
 
     plan = dali_plan(device)

@@ -948,7 +948,9 @@ def tf_profile(fn: Callable[[], Any], steps: int = 5, warmup: int = 1,
         raise TypeError(f"tf_profile needs a callable running one step, got {type(fn).__name__}")
     whole("steps", steps)
     whole("warmup", warmup, low=0)
-    import tensorflow as tf
+    from ._tf import import_tensorflow
+
+    tf = import_tensorflow()
 
     for _ in range(warmup):
         fn()

@@ -349,7 +349,9 @@ def _probe_tensorflow() -> FrameworkInfo:
     for k, v in QUIET_ENV.items():
         os.environ.setdefault(k, v)
     try:
-        import tensorflow as tf
+        from ._tf import import_tensorflow
+
+        tf = import_tensorflow()
 
         build = tf.sysconfig.get_build_info()
         gpus = tf.config.list_physical_devices("GPU")
@@ -357,15 +359,23 @@ def _probe_tensorflow() -> FrameworkInfo:
         return FrameworkInfo("tensorflow", True, version, error=f"import failed: {e}")
     package = "tensorflow-cpu" if _dist_version("tensorflow-cpu") else "tensorflow"
     cuda = build.get("cuda_version") if build.get("is_cuda_build") else None
-    growth = None
+    growth = started = None
     if gpus:   # TF takes (nearly) all of every GPU's memory at start-up unless memory growth is on
         try:
             growth = os.environ.get("TF_FORCE_GPU_ALLOW_GROWTH", "").lower() == "true" or \
                 all(tf.config.experimental.get_memory_growth(g) for g in gpus)
         except Exception:
             growth = None
+        try:   # setting a GPU's growth to the value it has changes nothing, but raises once TF has started it
+            g0 = gpus[0]
+            tf.config.experimental.set_memory_growth(g0, tf.config.experimental.get_memory_growth(g0))
+            started = False
+        except RuntimeError:
+            started = True
+        except Exception:
+            started = None
     return FrameworkInfo("tensorflow", True, tf.__version__, cuda, build.get("cudnn_version"), len(gpus),
-                         detail={"package": package, "memory_growth": growth})
+                         detail={"package": package, "memory_growth": growth, "gpus_started": started})
 
 
 def _probe_dali() -> FrameworkInfo:
@@ -633,7 +643,13 @@ def diagnose(info: SystemInfo) -> list[Diagnosis]:
                 "pip install 'tensorflow[and-cuda]' (Linux) - `make lab` does this on a GPU machine.")
         elif tf_fw.gpu_count:
             add("ok", "tf-gpu", f"TensorFlow sees {tf_fw.gpu_count} GPU(s).")
-            if tf_fw.detail.get("memory_growth") is False:
+            if tf_fw.detail.get("memory_growth") is False and tf_fw.detail.get("gpus_started"):
+                add("error", "tf-grabbed-memory",
+                    "TensorFlow has started its GPUs without memory growth: it holds nearly all of their memory, "
+                    "and PyTorch (or a second notebook) on the same card will run out of memory.",
+                    "Restart the kernel and call gl.setup() before importing TensorFlow (it sets "
+                    "TF_FORCE_GPU_ALLOW_GROWTH=true).")
+            elif tf_fw.detail.get("memory_growth") is False:
                 add("warning", "tf-grabs-memory",
                     "TensorFlow will reserve nearly all memory of every GPU the first time it runs on one, "
                     "leaving none for PyTorch (or a second notebook) on the same card.",

@@ -233,6 +233,11 @@ def test_tf_that_will_grab_the_card(gpu_info):
     assert d.level == "warning" and "gl.setup()" in d.fix
     grows = replace(info, frameworks=(gpu_info.framework("torch"), replace(tf, detail={"memory_growth": True})))
     assert "tf-grabs-memory" not in [d.code for d in gl.diagnose(grows)]
+    grabbed = replace(info, frameworks=(gpu_info.framework("torch"),
+                                        replace(tf, detail={"memory_growth": False, "gpus_started": True})))
+    d = next(d for d in gl.diagnose(grabbed) if d.code == "tf-grabbed-memory")
+    assert d.level == "error" and "Restart the kernel" in d.fix
+    assert "tf-grabs-memory" not in [d.code for d in gl.diagnose(grabbed)]
 
 
 def test_tf32_state_on_ampere_only(gpu_info):
@@ -311,3 +316,52 @@ def test_setup_on_cpu_leaves_tensorflow_alone(monkeypatch):
     monkeypatch.delenv("TF_FORCE_GPU_ALLOW_GROWTH", raising=False)
     s = gl.setup()
     assert s.kind == "cpu" and s.notes == () and "TF_FORCE_GPU_ALLOW_GROWTH" not in os.environ
+
+
+def test_tensorflow_probe_sees_growth_off_and_gpus_started(monkeypatch):
+    """The probe against a fake TensorFlow whose GPU calls have the real ones' names and parameters."""
+    import inspect
+
+    from gpulab._tf import import_tensorflow
+    from gpulab.system import _probe_tensorflow
+
+    real_tf = import_tensorflow()
+
+    exp = real_tf.config.experimental
+    real = {n: inspect.signature(getattr(exp, n)) for n in ("get_memory_growth", "set_memory_growth")}
+
+    def get_memory_growth(device):
+        return False
+
+    def set_memory_growth(device, enable):
+        raise RuntimeError("Physical devices cannot be modified after being initialized")
+
+    for fn in (get_memory_growth, set_memory_growth):
+        assert list(inspect.signature(fn).parameters) == list(real[fn.__name__].parameters)
+    fake = type(sys)("tensorflow")
+    fake.__version__ = real_tf.__version__
+    fake.sysconfig = type("S", (), {"get_build_info": staticmethod(lambda: {"is_cuda_build": True,
+                                                                           "cuda_version": "12.5.1"})})
+    fake.config = type("C", (), {"list_physical_devices": staticmethod(lambda kind: ["GPU:0"]),
+                                 "experimental": type("E", (), {"get_memory_growth": staticmethod(get_memory_growth),
+                                                                "set_memory_growth": staticmethod(set_memory_growth)})})
+    monkeypatch.setitem(sys.modules, "tensorflow", fake)
+    monkeypatch.delenv("TF_FORCE_GPU_ALLOW_GROWTH", raising=False)
+    fw = _probe_tensorflow()
+    assert fw.gpu_count == 1 and fw.detail["memory_growth"] is False and fw.detail["gpus_started"] is True
+
+
+@pytest.mark.slow
+def test_setup_makes_a_later_tensorflow_import_safe_for_triton(tmp_path):
+    """TensorFlow 2.20+ then Triton (torch's first optimizer or torch.compile) crashes the process
+    (tensorflow/tensorflow#124205); after gl.setup() the same notebook order works."""
+    pytest.importorskip("triton")
+    pytest.importorskip("tensorflow")
+    use = "import torch; import triton; torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1); print('ok')"
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    run = lambda code: subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                                      timeout=180)
+    safe = run(f"import gpulab as gl; gl.setup(); import tensorflow; {use}")
+    assert safe.returncode == 0 and "ok" in safe.stdout, safe.stderr[-2000:]
+    via_gpulab = run(f"import gpulab as gl; gl.system_info(frameworks=('tensorflow',)); {use}")
+    assert via_gpulab.returncode == 0, via_gpulab.stderr[-2000:]

@@ -210,7 +210,9 @@ class Trace:
         numeric = [c for c in self.frame.columns if c not in ("t_s", "wall_time", "device", "source")
                    and self.frame[c].dtype.kind in "fiub"]
         try:
-            import tensorflow as tf
+            from .._tf import import_tensorflow
+
+            tf = import_tensorflow()
 
             writer = tf.summary.create_file_writer(str(logdir))
             with writer.as_default():

@@ -1,0 +1,47 @@
+"""Importing TensorFlow beside PyTorch without crashing the process.
+
+TensorFlow 2.20+ wheels load their core library with ``RTLD_GLOBAL``, which puts TensorFlow's own LLVM in
+the process's global symbols; Triton (which PyTorch imports lazily, e.g. at the first optimizer or
+``torch.compile``) loads a different LLVM afterwards and crashes inside ``dlopen`` (a segmentation fault:
+tensorflow/tensorflow#124205). Loaded the other way round, both work. gpulab imports TensorFlow only
+through :func:`import_tensorflow`, and :func:`gpulab.setup` calls :func:`preload_triton` so that a
+learner's own ``import tensorflow`` later in the notebook is safe too.
+
+Example:
+    >>> preload_triton() in (True, False)
+    True
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from types import ModuleType
+
+__all__ = ["preload_triton", "import_tensorflow"]
+
+
+def preload_triton() -> bool:
+    """Import Triton now if TensorFlow may be imported later in this process; True when Triton is loaded.
+
+    Nothing happens when TensorFlow is already loaded (too late: restart the kernel), or when either package
+    is not installed. Triton reads its settings (e.g. ``TRITON_INTERPRET``) when used, not at import.
+    """
+    if "triton" in sys.modules:
+        return True
+    if "tensorflow" in sys.modules:
+        return False
+    if importlib.util.find_spec("triton") is None or importlib.util.find_spec("tensorflow") is None:
+        return False
+    try:
+        import triton  # noqa: F401  (loaded for its LLVM, before TensorFlow's)
+    except Exception:  # a broken Triton must not stop a lesson; TensorFlow alone still works
+        return False
+    return True
+
+
+def import_tensorflow() -> ModuleType:
+    """``import tensorflow`` with Triton loaded first (see the module docstring)."""
+    preload_triton()
+    import tensorflow as tf
+
+    return tf
