@@ -106,6 +106,7 @@ def test_mig_slice_reports_its_own_memory_and_the_card_sums_them(scripted):
     ("GPU-bbbb", ["Tesla T4"]),                              # unique UUID prefix
     ("0,7,1", ["NVIDIA H100 80GB HBM3"]),                    # CUDA stops at the first invalid entry
     ("", []),
+    ("0,1,0", []),                                            # a duplicate hides every GPU (as torch.cuda reads it)
     ("MIG-6666", ["NVIDIA A100-SXM4-40GB MIG 1g.5gb"]),       # a MIG slice by its UUID
     ("MIG-6666,MIG-1111", ["NVIDIA A100-SXM4-40GB MIG 1g.5gb"]),  # one MIG slice per process
     ("MIG-GPU-cccccccc-cccc-cccc-cccc-cccccccccccc/9/0", ["NVIDIA A100-SXM4-40GB MIG 1g.5gb"]),  # the older form

@@ -401,13 +401,16 @@ def device_order(env: Mapping[str, str] | None = None) -> DeviceOrder:
         if match is not None and match.is_mig and any(d.is_mig for d in out):
             notes.append(f"{match.name} ({match.uuid}) is not used: CUDA gives a process one MIG slice, the first")
             continue
-        if match is None or match in out:
-            if spec is None:
-                continue
-            if match is None:
-                notes.append(f"CUDA_VISIBLE_DEVICES entry {token!r} matches no device: CUDA ignores it and "
-                             "every entry after it")
+        if match is None and spec is None:
+            continue
+        if match is None:
+            notes.append(f"CUDA_VISIBLE_DEVICES entry {token!r} matches no device: CUDA ignores it and "
+                         "every entry after it")
             break  # CUDA stops enumerating at the first invalid entry
+        if match in out:   # as torch.cuda reads the variable: a device named twice leaves none visible
+            notes.append(f"CUDA_VISIBLE_DEVICES names {match.name} ({match.uuid}) twice: no GPU is visible")
+            out = []
+            break
         out.append(match)
     if spec is not None:
         ambiguous = ambiguous and any(t.strip().isdigit() for t in spec.split(","))
