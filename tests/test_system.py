@@ -325,7 +325,8 @@ def test_tensorflow_probe_sees_growth_off_and_gpus_started(monkeypatch):
     from gpulab._tf import import_tensorflow
     from gpulab.system import _probe_tensorflow
 
-    real_tf = import_tensorflow()
+    _needs("tensorflow")
+    real_tf = import_tensorflow()   # Triton first: TensorFlow then Triton would crash this test process
 
     exp = real_tf.config.experimental
     real = {n: inspect.signature(getattr(exp, n)) for n in ("get_memory_growth", "set_memory_growth")}
@@ -355,8 +356,7 @@ def test_tensorflow_probe_sees_growth_off_and_gpus_started(monkeypatch):
 def test_setup_makes_a_later_tensorflow_import_safe_for_triton(tmp_path):
     """TensorFlow 2.20+ then Triton (torch's first optimizer or torch.compile) crashes the process
     (tensorflow/tensorflow#124205); after gl.setup() the same notebook order works."""
-    pytest.importorskip("triton")
-    pytest.importorskip("tensorflow")
+    _needs("triton", "tensorflow")   # found, not imported: this process must not load TensorFlow first
     use = "import torch; import triton; torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1); print('ok')"
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     run = lambda code: subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
@@ -365,3 +365,11 @@ def test_setup_makes_a_later_tensorflow_import_safe_for_triton(tmp_path):
     assert safe.returncode == 0 and "ok" in safe.stdout, safe.stderr[-2000:]
     via_gpulab = run(f"import gpulab as gl; gl.system_info(frameworks=('tensorflow',)); {use}")
     assert via_gpulab.returncode == 0, via_gpulab.stderr[-2000:]
+
+
+def _needs(*packages: str) -> None:
+    import importlib.util
+
+    missing = [p for p in packages if importlib.util.find_spec(p) is None]
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not installed")

@@ -6,7 +6,7 @@ Example:
     >>> from gpulab.telemetry.trace import Trace
     >>> frame = pd.DataFrame({"t_s": [0.0, 0.1], "device": ["host", "host"], "source": ["host", "host"],
     ...                       "cpu_util_pct": [90.0, 95.0]})
-    >>> Trace(frame, interval_s=0.1).summary().loc["host", "cpu_util_mean_pct"]
+    >>> float(Trace(frame, interval_s=0.1).summary().loc["host", "cpu_util_mean_pct"])
     92.5
 """
 from __future__ import annotations
