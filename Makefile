@@ -29,11 +29,12 @@ PYTEST_ARGS ?=
 # venv's editable install points at another clone.
 export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 
-.PHONY: install lab test unit notebooks ui doctor compat compat-install clean help
+.PHONY: install lab test unit notebooks ui doctor docs compat compat-install clean help
 
 help:
 	@echo "make lab   - install the course stack (first time: a few minutes) and start JupyterLab"
 	@echo "make test  - install if needed, then unit tests, every notebook under nbval, and the UI suite"
+	@echo "make docs  - the API reference from the docstrings, in build/docs"
 	@echo "make compat - the unit tests against the oldest supported torch, in a second venv ($(COMPAT_VENV))"
 
 install: $(STAMP)
@@ -87,6 +88,10 @@ $(COMPAT_STAMP):
 # Tests that need what the compat venv leaves out (TensorFlow, DALI, Jupyter) skip there.
 compat: compat-install
 	$(COMPAT_PY) -m pytest $(PYTEST_ARGS) -p no:cacheprovider tests --ignore=tests/ui
+
+# The API reference from the docstrings (pdoc): build/docs/index.html. The docstrings' examples run in `make unit`.
+docs: install
+	$(PY) tools/docs.py build/docs
 
 doctor: install
 	$(PY) -m gpulab doctor

@@ -3,6 +3,31 @@
 Importing gpulab is cheap and has no side effects: torch, TensorFlow, DALI and NVML are imported
 only by the functions that need them, so ``import gpulab`` works on a machine with none of them.
 
+# gpulab in your own notebook
+
+The calls a practitioner needs, the same on a laptop CPU, a Colab T4 and an H100 (every result prints as
+text in a terminal and as a table in Jupyter):
+
+```python
+import gpulab as gl
+
+session = gl.setup()                                   # device banner; seeds; TensorFlow shares the GPU
+gl.doctor()                                            # the machine and stack, with fixes for what is wrong
+m = gl.benchmark(model, x, label="fp32", items=64)     # synchronised, warmed up: median, IQR, items/s
+gl.compare([m_fp32, m_bf16], baseline="fp32",          # speedups, share of this machine's measured peak
+           peak_flops=gl.machine_limits().peak_flops())
+with gl.Monitor(interval=0.1, live=True) as mon:       # NVML + host telemetry in the background
+    train()
+mon.trace.plot(); mon.trace.diagnose()                 # utilisation, memory, power; a verdict with evidence
+gl.profile(step, steps=5).verdict                      # torch.profiler: where a step's time goes, and why
+gl.peak_memory(step); gl.find_max_batch_size(make_step)  # what a step holds; the largest batch that fits
+gl.explain_oom(error, model=model, batch=batch)        # an out-of-memory error explained, fixes ranked
+gl.measure_loader(loader, step)                        # data wait vs compute per batch
+gl.launch("train.py", nproc=2)                         # torchrun from a notebook, every rank's result back
+```
+
+Published figures stand beside yours with their source and hardware (``gl.published``, ``gl.gpu_spec``).
+
 Example:
     >>> import gpulab as gl
     >>> gl.__version__

@@ -81,6 +81,21 @@ def test_make_targets_and_ci_call_make_test():
     assert "make lab" in readme and "make test" in readme
 
 
+def test_docs_build_every_public_module(tmp_path):
+    """`make docs` (tools/docs.py, pdoc): one page per public module, the package page first."""
+    pytest.importorskip("pdoc")
+    import runpy
+
+    docs = runpy.run_path(str(ROOT / "tools" / "docs.py"))
+    mods = docs["modules"]()
+    assert mods[0] == "gpulab" and "gpulab.telemetry.nvml" in mods and not any("._" in m for m in mods)
+    assert docs["main"](str(tmp_path)) == 0
+    page = (tmp_path / "gpulab.html").read_text()
+    assert "gpulab in your own notebook" in page and "find_max_batch_size" in page
+    assert (tmp_path / "gpulab" / "telemetry" / "nvml.html").exists()
+    assert re.search(r"^docs:", (ROOT / "Makefile").read_text(), re.M) and "make docs" in (ROOT / ".ci" / "run").read_text()
+
+
 def test_course_kernel_env_matches_quiet_env():
     """The kernel `make install` registers and gl.setup() on other kernels (Colab) quiet the same logs."""
     from gpulab.notebook import QUIET_ENV
