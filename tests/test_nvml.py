@@ -66,6 +66,14 @@ def test_memory_falls_back_to_v1_once_with_a_note(fake_nvml):
     assert nvml.temperature_c(h) == 60 and "deprecated temperature" in fake.calls   # old driver: old call
 
 
+def test_a_lost_gpu_does_not_hide_the_others_memory(fake_nvml):
+    fake = fake_nvml(gpus=(("Tesla T4", (7, 5), 16 * GiB), ("Tesla T4", (7, 5), 16 * GiB)), memory_v2=False)
+    fake.gpus[0].lost_at = -1                            # GPU 0 fell off the bus; GPU 1 is fine
+    lost, ok = (nvml.query("nvmlDeviceGetHandleByIndex", i) for i in (0, 1))
+    assert nvml.memory_info(lost) is None
+    assert nvml.memory_info(ok).total_bytes == 16 * GiB  # still read (v1 on this driver)
+
+
 def test_temperature_uses_the_current_call(fake_nvml):
     fake = fake_nvml(machine="h100_gpm")
     assert nvml.temperature_c(nvml.device_handle(nvml.devices()[0])) == 60

@@ -206,7 +206,7 @@ def first_answer(calls: tuple[tuple[str, tuple[Any, ...], dict[str, Any]], ...])
         value, code = _call(name, *args, **kwargs)
         if code is None:
             return value
-        if code in (FUNCTION_NOT_FOUND, ARGUMENT_VERSION_MISMATCH) or (code == NOT_SUPPORTED and kwargs):
+        if code in (FUNCTION_NOT_FOUND, ARGUMENT_VERSION_MISMATCH):
             _unavailable.add(key)
             continue
         if code != -1:
@@ -238,11 +238,15 @@ def memory_info(handle: Any) -> MemoryInfo | None:
     if handle is None:
         return None
     v2 = getattr(_state["lib"], "nvmlMemory_v2", _MEMORY_V2) if _state["lib"] is not None else _MEMORY_V2
-    m = first_answer((("nvmlDeviceGetMemoryInfo", (handle,), {"version": v2}),))
-    if m is not None:
-        return MemoryInfo(int(m.total), int(m.free), int(m.used), int(m.reserved), 2)
-    if "nvmlDeviceGetMemoryInfo" in _warned:
-        return None   # the device failed (not a missing v2): do not ask twice
+    if "memory v2" not in _unavailable:
+        m, code = _call("nvmlDeviceGetMemoryInfo", handle, version=v2)
+        if code is None:
+            return MemoryInfo(int(m.total), int(m.free), int(m.used), int(m.reserved), 2)
+        if code not in (FUNCTION_NOT_FOUND, ARGUMENT_VERSION_MISMATCH, NOT_SUPPORTED):
+            if code != -1:   # this device failed (e.g. GPU lost): not a reason to stop asking v2 of the others
+                _once("nvmlDeviceGetMemoryInfo", f"failed (NVML error {code})")
+            return None
+        _unavailable.add("memory v2")   # this driver has no v2 query: v1 from now on, asked once per call
     m = query("nvmlDeviceGetMemoryInfo", handle)
     if m is None:
         return None
@@ -253,7 +257,7 @@ def memory_info(handle: Any) -> MemoryInfo | None:
 def temperature_c(handle: Any) -> float | None:
     """GPU core temperature in °C (``nvmlDeviceGetTemperatureV``; the deprecated call on older drivers)."""
     t = first_answer((("nvmlDeviceGetTemperatureV", (handle, _TEMP_GPU), {}),
-                ("nvmlDeviceGetTemperature", (handle, _TEMP_GPU), {})))
+                      ("nvmlDeviceGetTemperature", (handle, _TEMP_GPU), {})))
     return None if t is None else float(t)
 
 
