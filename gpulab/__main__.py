@@ -34,7 +34,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(__version__)
         return 0
     if args.command == "doctor":
-        from .system import doctor
+        from .diagnosis import doctor
 
         fws = tuple(f.strip() for f in args.frameworks.split(",") if f.strip())
         try:

@@ -17,7 +17,10 @@ import importlib.util
 import sys
 from types import ModuleType
 
-__all__ = ["preload_triton", "import_tensorflow"]
+# Log levels that keep TensorFlow and the PyTorch profiler (kineto: 6 = above ERROR and USDT) quiet; set only if unset.
+QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "3", "TF_ENABLE_ONEDNN_OPTS": "0", "KINETO_LOG_LEVEL": "6"}
+
+__all__ = ["preload_triton", "import_tensorflow", "QUIET_ENV"]
 
 
 def preload_triton() -> bool:

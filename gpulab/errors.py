@@ -7,7 +7,7 @@ errors - and returns the cause and the fix. Out-of-memory errors are sent to :fu
 
 Example:
     >>> import gpulab as gl
-    >>> gl.explain_error("RuntimeError: CUDA error: no CUDA-capable device is detected").code
+    >>> gl.errors.explain_error("RuntimeError: CUDA error: no CUDA-capable device is detected").code
     'no-device'
 """
 from __future__ import annotations
@@ -119,7 +119,7 @@ def explain_error(exc: BaseException | str) -> ErrorExplanation:
         >>> try:
         ...     torch.nn.functional.cross_entropy(torch.zeros(2, 10), torch.tensor([3, 10]))
         ... except IndexError as e:
-        ...     gl.explain_error(e).code
+        ...     gl.errors.explain_error(e).code
         'index-out-of-range'
     """
     if isinstance(exc, BaseException):

@@ -11,7 +11,7 @@ took while a block ran, so a lesson can say when its numbers were taken on a bus
 
 Example:
     >>> import gpulab as gl
-    >>> with gl.cpu_contention() as load:
+    >>> with gl.interleaved.cpu_contention() as load:
     ...     ms = gl.benchmark_interleaved({"short": lambda: sum(range(1000)), "long": lambda: sum(range(20000))},
     ...                                   min_run_time=0.1)
     >>> ms["short"].median_s < ms["long"].median_s and ms["short"].runs == ms["long"].runs

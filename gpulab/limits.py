@@ -5,7 +5,7 @@ Sizes follow the device: small on CPU (seconds), large on a GPU (to fill it).
 
 Example:
     >>> import gpulab as gl
-    >>> m = gl.measure_matmul(256, "float32", device="cpu", min_run_time=0.05)
+    >>> m = gl.limits.measure_matmul(256, "float32", device="cpu", min_run_time=0.05)
     >>> m.flops == 2 * 256**3
     True
 """

@@ -20,7 +20,15 @@ def plot_roofline(peak_flops: float, bandwidth: float, points: Sequence[tuple[st
                   extra_peaks: dict[str, float] | None = None, ax: Any = None) -> Any:
     """Log-log roofline of this machine (measured ``peak_flops`` and ``bandwidth``) with measured
     ``points`` as (label, FLOPs per byte, achieved FLOP/s), and datasheet rooflines of ``gpus``
-    (fp16 tensor-core peak) for scale. ``extra_peaks`` adds more flat ceilings (e.g. bf16)."""
+    (fp16 tensor-core peak) for scale. ``extra_peaks`` adds more flat ceilings (e.g. bf16).
+
+    Example:
+        >>> import matplotlib; matplotlib.use("Agg")
+        >>> import gpulab as gl
+        >>> ax = gl.plot_roofline(1e11, 2e10, points=[("matmul 512", 85.0, 6e10)])
+        >>> ax.get_xscale(), ax.get_yscale()
+        ('log', 'log')
+    """
     import matplotlib.pyplot as plt
     import numpy as np
 

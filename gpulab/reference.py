@@ -16,8 +16,10 @@ import re
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from ._format import TableView
 
-__all__ = ["Published", "GPUSpec", "published", "references", "gpu_spec", "gpu_specs", "PUBLISHED", "GPU_SPECS"]
+__all__ = ["Published", "GPUSpec", "GPUSpecTable", "published", "references", "gpu_spec", "gpu_specs", "PUBLISHED",
+           "GPU_SPECS"]
 
 
 @dataclass(frozen=True)
@@ -411,16 +413,61 @@ def references() -> Any:
                           "date": p.date, "claim": p.claim, "url": p.url} for p in PUBLISHED.values()])
 
 
-def gpu_specs() -> Any:
-    """Datasheet peaks of the GPUs the course compares with, as a DataFrame (TFLOP/s, GB/s, GB)."""
-    import pandas as pd
+@dataclass(frozen=True, repr=False)
+class GPUSpecTable(TableView):
+    """Datasheet peaks of several GPUs side by side (immutable), one unit per column; ``to_dataframe()``
+    gives the same numbers for pandas and ``spec(name)`` one row's :class:`GPUSpec`.
 
-    rows = []
-    for s in GPU_SPECS.values():
-        d = asdict(s)
-        rows.append({"gpu": s.name, "architecture": s.architecture,
-                     "fp32 TFLOP/s": s.fp32_flops / 1e12, "fp16 tensor TFLOP/s": s.fp16_tensor_flops / 1e12,
-                     "bandwidth GB/s": s.bandwidth_bytes_per_s / 1e9, "memory GiB": s.memory_bytes / _GIB,
-                     "TDP W": s.tdp_w, "source": d["source"]})
-    return pd.DataFrame(rows)
+    Example:
+        >>> t = gpu_specs()
+        >>> print(repr(t).splitlines()[1])
+        gpu  architecture  fp32 (TFLOP/s)  fp16 tensor (TFLOP/s)  bandwidth (GB/s)  memory (GiB)  TDP (W)  source
+        >>> t.spec("T4").tdp_w, float(t.to_dataframe().set_index("gpu").loc["T4", "bandwidth GB/s"])
+        (70, 320.0)
+    """
 
+    specs: tuple[GPUSpec, ...]
+    title: str = "Datasheet peaks (dense, no sparsity)"
+
+    def __len__(self) -> int:
+        return len(self.specs)
+
+    def spec(self, name: str) -> GPUSpec:
+        """The row called ``name`` (a short name as in the ``gpu`` column, or any name :func:`gpu_spec` accepts)."""
+        for s in self.specs:
+            if s.name == name:
+                return s
+        return gpu_spec(name)
+
+    def to_dataframe(self) -> Any:
+        """One row per GPU: gpu, architecture, fp32 and fp16 tensor TFLOP/s, bandwidth GB/s, memory GiB, TDP W,
+        source."""
+        import pandas as pd
+
+        rows = []
+        for s in self.specs:
+            d = asdict(s)
+            rows.append({"gpu": s.name, "architecture": s.architecture,
+                         "fp32 TFLOP/s": s.fp32_flops / 1e12, "fp16 tensor TFLOP/s": s.fp16_tensor_flops / 1e12,
+                         "bandwidth GB/s": s.bandwidth_bytes_per_s / 1e9, "memory GiB": s.memory_bytes / _GIB,
+                         "TDP W": s.tdp_w, "source": d["source"]})
+        return pd.DataFrame(rows)
+
+    def _columns(self) -> tuple[list[str], list[list[str]], str]:
+        header = ["gpu", "architecture", "fp32 (TFLOP/s)", "fp16 tensor (TFLOP/s)", "bandwidth (GB/s)",
+                  "memory (GiB)", "TDP (W)", "source"]
+        rows = [[s.name, s.architecture, f"{s.fp32_flops / 1e12:.4g}", f"{s.fp16_tensor_flops / 1e12:.4g}",
+                 f"{s.bandwidth_bytes_per_s / 1e9:.0f}", f"{s.memory_bytes / _GIB:.4g}", f"{s.tdp_w:.0f}", s.source]
+                for s in self.specs]
+        return header, rows, "vendor datasheets; tensor peaks dense (no sparsity); GB/s = 10^9 bytes/s, GiB = 2^30 bytes"
+
+
+def gpu_specs() -> GPUSpecTable:
+    """Datasheet peaks of the GPUs the course compares with, as a :class:`GPUSpecTable` (TFLOP/s, GB/s, GiB;
+    ``.to_dataframe()`` for pandas).
+
+    Example:
+        >>> len(gpu_specs()) >= 12, "H100 SXM" in repr(gpu_specs()), "<table" in gpu_specs()._repr_html_()
+        (True, True, True)
+    """
+    return GPUSpecTable(tuple(GPU_SPECS.values()))

@@ -20,7 +20,13 @@ __all__ = ["attainable_flops", "ridge_point", "count_flops", "amdahl_speedup", "
 
 def attainable_flops(intensity: Any, peak_flops: float, bandwidth: float) -> Any:
     """Roofline: ``min(peak_flops, intensity * bandwidth)``; ``intensity`` in FLOPs per byte
-    (a number or a numpy array)."""
+    (a number or a numpy array).
+
+    Example: an fp32 elementwise add (1 FLOP per 12 bytes) on a T4's datasheet figures (8.1 TFLOP/s, 320 GB/s)
+        >>> import gpulab as gl
+        >>> round(gl.attainable_flops(1 / 12, 8.1e12, 320e9) / 1e9, 1)      # GFLOP/s: memory-bound
+        26.7
+    """
     if peak_flops <= 0 or bandwidth <= 0:
         raise ValueError(f"peak_flops and bandwidth must be positive, got {peak_flops!r}, {bandwidth!r}")
     import numpy as np

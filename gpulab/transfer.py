@@ -11,12 +11,12 @@ it. It watches the calls, not the device, so it finds them on a CPU-only laptop 
 
 Example:
     >>> import torch, gpulab as gl
-    >>> m = gl.measure_transfer(1 << 20, device="cpu", min_run_time=0.02)
+    >>> m = gl.transfer.measure_transfer(1 << 20, device="cpu", min_run_time=0.02)
     >>> m.bytes_moved == 1 << 20 and m.bytes_per_s > 0
     True
     >>> def log(loss):
     ...     return loss.item()
-    >>> gl.find_host_syncs(log, torch.tensor(1.0)).total
+    >>> gl.transfer.find_host_syncs(log, torch.tensor(1.0)).total
     1
 """
 from __future__ import annotations
@@ -62,11 +62,11 @@ def measure_transfer(nbytes: int, *, pinned: bool = False, non_blocking: bool = 
 
     On a CPU the "device" is host memory too: the copy is a single-threaded memcpy (as the CUDA driver's
     staging copy is) that reads and writes every byte, so compare ``bytes_per_s`` with half the
-    read+write bandwidth of :func:`gpulab.measure_bandwidth`.
+    read+write bandwidth of :func:`gpulab.limits.measure_bandwidth`.
 
     Example:
         >>> import gpulab as gl
-        >>> m = gl.measure_transfer(4096, pinned=True, device="cpu", min_run_time=0.02)
+        >>> m = gl.transfer.measure_transfer(4096, pinned=True, device="cpu", min_run_time=0.02)
         >>> m.label
         'host copy 4 KiB (pinned n/a: no CUDA)'
     """
@@ -365,7 +365,7 @@ def find_host_syncs(fn: Callable[..., Any], *args: Any, label: str | None = None
         ...     if loss > 0:                 # control flow on a tensor
         ...         print(f"{loss:.2f}")     # formatting a tensor
         ...     return loss.item()           # reading its value
-        >>> report = gl.find_host_syncs(step, torch.ones(3))
+        >>> report = gl.transfer.find_host_syncs(step, torch.ones(3))
         6.00
         >>> report.total, sorted(report.by_kind())
         (3, ['control flow', 'print', 'value read'])

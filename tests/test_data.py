@@ -24,11 +24,15 @@ import numpy as np
 import pytest
 
 import gpulab as gl
-import gpulab.data
-import gpulab.loading
-import gpulab.pipelines
-from gpulab import data as data_mod
-from gpulab import pipelines as pipe_mod
+from gpulab import course
+import gpulab.course.images
+import gpulab.course.downloads
+import gpulab.course.dali
+import gpulab.data.compare
+import gpulab.data.measure
+import gpulab.course.pipelines
+from gpulab.course import downloads as data_mod
+from gpulab.course import dali as pipe_mod
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,12 +47,12 @@ def private_data_dir(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def shapes(tmp_path_factory):
     """One small shared set for the loader tests (64 images, 32x32, 4 classes)."""
-    return gl.synthetic_images(tmp_path_factory.mktemp("sets") / "shapes", n=64, classes=4, size=32)
+    return course.synthetic_images(tmp_path_factory.mktemp("sets") / "shapes", n=64, classes=4, size=32)
 
 
 def test_doctests():
     # Examples that need DALI or TensorFlow skip where they are absent (the lean `make compat` venv).
-    needs = {"gpulab.pipelines.dali_loader": "nvidia.dali", "gpulab.pipelines.tf_dataset": "tensorflow"}
+    needs = {"gpulab.course.dali.dali_loader": "nvidia.dali", "gpulab.course.pipelines.tf_dataset": "tensorflow"}
 
     def absent(package):
         try:
@@ -58,7 +62,8 @@ def test_doctests():
 
     skip = {name for name, package in needs.items() if absent(package)}
     runner = doctest.DocTestRunner()
-    for mod in (gpulab.data, gpulab.pipelines, gpulab.loading):
+    for mod in (gpulab.course.images, gpulab.course.downloads, gpulab.course.pipelines, gpulab.course.dali,
+                gpulab.data.measure, gpulab.data.compare):
         for test in doctest.DocTestFinder().find(mod):
             if test.name not in skip:
                 failed = runner.run(test).failed
@@ -67,9 +72,9 @@ def test_doctests():
 
 # ---- synthetic images ---------------------------------------------------------------------------
 def test_synthetic_images_are_deterministic_and_laid_out_for_imagefolder(tmp_path):
-    a = gl.synthetic_images(tmp_path / "a", n=30, classes=3, size=24, seed=7)
-    b = gl.synthetic_images(tmp_path / "b", n=30, classes=3, size=24, seed=7)
-    c = gl.synthetic_images(tmp_path / "c", n=30, classes=3, size=24, seed=8)
+    a = course.synthetic_images(tmp_path / "a", n=30, classes=3, size=24, seed=7)
+    b = course.synthetic_images(tmp_path / "b", n=30, classes=3, size=24, seed=7)
+    c = course.synthetic_images(tmp_path / "c", n=30, classes=3, size=24, seed=8)
     assert a.generated and a.n == 30 and a.counts() == [10, 10, 10]
     assert a.classes == ("00_disc", "01_square", "02_triangle") and a.files == b.files
     assert [p.read_bytes() for p in a.paths()] == [p.read_bytes() for p in b.paths()]     # same seed: same bytes
@@ -81,45 +86,45 @@ def test_synthetic_images_are_deterministic_and_laid_out_for_imagefolder(tmp_pat
 
 
 def test_the_default_root_is_under_the_data_dir(private_data_dir):
-    s = gl.synthetic_images(n=4, classes=2, size=16)
+    s = course.synthetic_images(n=4, classes=2, size=16)
     assert s.root == (private_data_dir / "generated" / "synthetic-16px-rgb").resolve()
-    assert gl.data_dir() == private_data_dir
+    assert course.data_dir() == private_data_dir
 
 
 def test_reused_while_parameters_match_regenerated_when_they_change(tmp_path):
-    first = gl.synthetic_images(tmp_path / "s", n=12, classes=3, size=16)
-    again = gl.synthetic_images(tmp_path / "s", n=12, classes=3, size=16)
+    first = course.synthetic_images(tmp_path / "s", n=12, classes=3, size=16)
+    again = course.synthetic_images(tmp_path / "s", n=12, classes=3, size=16)
     assert first.generated and not again.generated and again.files == first.files
-    bigger = gl.synthetic_images(tmp_path / "s", n=20, classes=4, size=16)
+    bigger = course.synthetic_images(tmp_path / "s", n=20, classes=4, size=16)
     assert bigger.generated and bigger.n == 20 and len(bigger.classes) == 4
     assert sorted(d.name for d in bigger.root.iterdir() if d.is_dir()) == list(bigger.classes)
-    other_seed = gl.synthetic_images(tmp_path / "s", n=20, classes=4, size=16, seed=1)
+    other_seed = course.synthetic_images(tmp_path / "s", n=20, classes=4, size=16, seed=1)
     assert other_seed.generated
     assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]           # no temporary folders left
 
 
 def test_grey_images_and_rebuild(tmp_path):
-    g = gl.synthetic_images(tmp_path / "g", n=4, classes=2, size=16, channels=1)
+    g = course.synthetic_images(tmp_path / "g", n=4, classes=2, size=16, channels=1)
     from PIL import Image
 
     assert Image.open(g.paths()[0]).mode == "L" and g.channels == 1
-    assert gl.synthetic_images(g.root, n=4, classes=2, size=16, channels=1, rebuild=True).generated
+    assert course.synthetic_images(g.root, n=4, classes=2, size=16, channels=1, rebuild=True).generated
 
 
 def test_the_images_are_learnable(tmp_path):
     import torch
 
-    s = gl.synthetic_images(tmp_path / "l", n=600, classes=10, size=32)
+    s = course.synthetic_images(tmp_path / "l", n=600, classes=10, size=32)
     torch.manual_seed(0)
-    model = gl.models.small_cnn(width=16)
+    model = course.models.small_cnn(width=16)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    train = gl.cached_loader(s, 64, augment=False, device="cpu", seed=0)
+    train = course.cached_loader(s, 64, augment=False, device="cpu", seed=0)
     for _ in range(6):
         for batch in train:
-            gl.train_step(model, opt, batch)
-    held_out = gl.synthetic_images(tmp_path / "t", n=200, classes=10, size=32, seed=123)
-    x, y = next(iter(gl.cached_loader(held_out, 200, augment=False, shuffle=False, device="cpu")))
-    assert gl.evaluate(model, (x, y)) > 0.5          # chance is 0.1; about 0.7 after these 6 epochs
+            course.train_step(model, opt, batch)
+    held_out = course.synthetic_images(tmp_path / "t", n=200, classes=10, size=32, seed=123)
+    x, y = next(iter(course.cached_loader(held_out, 200, augment=False, shuffle=False, device="cpu")))
+    assert course.evaluate(model, (x, y)) > 0.5          # chance is 0.1; about 0.7 after these 6 epochs
 
 
 def test_concurrent_generation_gives_one_complete_set(tmp_path):
@@ -127,8 +132,9 @@ def test_concurrent_generation_gives_one_complete_set(tmp_path):
     the lock and reuse it; nobody sees a half-written folder."""
     root = tmp_path / "shared"
     code = textwrap.dedent(f"""
-        import json, gpulab as gl
-        s = gl.synthetic_images({str(root)!r}, n=300, classes=10, size=32)
+        import json
+        from gpulab import course
+        s = course.synthetic_images({str(root)!r}, n=300, classes=10, size=32)
         print(json.dumps({{"generated": s.generated, "n": s.n, "files": len(set(s.files))}}))
     """)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -142,7 +148,7 @@ def test_concurrent_generation_gives_one_complete_set(tmp_path):
     assert sorted(r["generated"] for r in results) == [False, True]
     assert all(r["n"] == 300 and r["files"] == 300 for r in results)
     got: list = []
-    threads = [threading.Thread(target=lambda: got.append(gl.synthetic_images(root, n=300, classes=10, size=32)))
+    threads = [threading.Thread(target=lambda: got.append(course.synthetic_images(root, n=300, classes=10, size=32)))
                for _ in range(3)]
     for t in threads:
         t.start()
@@ -153,23 +159,23 @@ def test_concurrent_generation_gives_one_complete_set(tmp_path):
 
 
 def test_damaged_files_raise_a_clear_error(tmp_path):
-    s = gl.synthetic_images(tmp_path / "d", n=8, classes=2, size=16)
+    s = course.synthetic_images(tmp_path / "d", n=8, classes=2, size=16)
     victim = s.paths()[3]
     victim.write_bytes(victim.read_bytes()[:-20])                              # truncated
-    with pytest.raises(gl.CorruptDataError, match=r"truncated.*rebuild=True"):
-        gl.synthetic_images(s.root, n=8, classes=2, size=16)
-    gl.synthetic_images(s.root, n=8, classes=2, size=16, rebuild=True)
+    with pytest.raises(course.CorruptDataError, match=r"truncated.*rebuild=True"):
+        course.synthetic_images(s.root, n=8, classes=2, size=16)
+    course.synthetic_images(s.root, n=8, classes=2, size=16, rebuild=True)
     data = bytearray(victim.read_bytes())
     data[len(data) // 2] ^= 0xFF                                             # same size, one byte changed
     victim.write_bytes(bytes(data))
-    with pytest.raises(gl.CorruptDataError, match="corrupt"):
-        gl.synthetic_images(s.root, n=8, classes=2, size=16)
+    with pytest.raises(course.CorruptDataError, match="corrupt"):
+        course.synthetic_images(s.root, n=8, classes=2, size=16)
     victim.unlink()
-    with pytest.raises(gl.CorruptDataError, match="missing"):
-        gl.synthetic_images(s.root, n=8, classes=2, size=16)
+    with pytest.raises(course.CorruptDataError, match="missing"):
+        course.synthetic_images(s.root, n=8, classes=2, size=16)
     (s.root / "manifest.json").write_text("{half a manifest")
-    with pytest.raises(gl.CorruptDataError, match="unreadable"):
-        gl.synthetic_images(s.root, n=8, classes=2, size=16)
+    with pytest.raises(course.CorruptDataError, match="unreadable"):
+        course.synthetic_images(s.root, n=8, classes=2, size=16)
 
 
 def test_a_folder_that_is_not_a_gpulab_set_is_never_overwritten(tmp_path):
@@ -177,7 +183,7 @@ def test_a_folder_that_is_not_a_gpulab_set_is_never_overwritten(tmp_path):
     mine.mkdir()
     (mine / "holiday.jpg").write_bytes(b"precious")
     with pytest.raises(ValueError, match="not a gpulab image set"):
-        gl.synthetic_images(mine, n=4, classes=2, size=16)
+        course.synthetic_images(mine, n=4, classes=2, size=16)
     assert (mine / "holiday.jpg").read_bytes() == b"precious"
 
 
@@ -187,7 +193,7 @@ def test_a_folder_that_is_not_a_gpulab_set_is_never_overwritten(tmp_path):
     ({"seed": -1}, ValueError), ({"rebuild": 1}, TypeError)])
 def test_synthetic_images_bad_input(tmp_path, kwargs, error):
     with pytest.raises(error):
-        gl.synthetic_images(tmp_path / "x", **{"n": 4, "classes": 2, "size": 16, **kwargs})
+        course.synthetic_images(tmp_path / "x", **{"n": 4, "classes": 2, "size": 16, **kwargs})
 
 
 # ---- real data: offline fallback, deadline, no half-written cache -----------------------------
@@ -202,13 +208,13 @@ def test_offline_falls_back_to_synthetic_with_one_line(monkeypatch, private_data
 
     monkeypatch.setattr(data_mod, "_urlopen", refuse)
     with caplog.at_level("WARNING", logger="gpulab"):
-        s = gl.real_images("cifar10", n=20, timeout_s=5)
+        s = course.real_images("cifar10", n=20, timeout_s=5)
     assert s.source == "synthetic" and (s.size, s.channels, s.n) == (32, 3, 20)
     assert "cifar10 unavailable" in s.note and "no network" in s.note
     assert len([r for r in caplog.records if "unavailable" in r.getMessage()]) == 1
     assert _no_download_left(private_data_dir)
     with pytest.raises(OSError):
-        gl.real_images("mnist", n=4, timeout_s=5, fallback=False)
+        course.real_images("mnist", n=4, timeout_s=5, fallback=False)
 
 
 def test_a_stalled_download_never_hangs(monkeypatch, private_data_dir):
@@ -227,7 +233,7 @@ def test_a_stalled_download_never_hangs(monkeypatch, private_data_dir):
 
     monkeypatch.setattr(data_mod, "_urlopen", lambda url, timeout: Stalled())
     t0 = time.monotonic()
-    s = gl.real_images("cifar10", n=10, timeout_s=0.5)
+    s = course.real_images("cifar10", n=10, timeout_s=0.5)
     assert time.monotonic() - t0 < 10
     assert s.source == "synthetic" and "TimeoutError" in s.note
     release.set()                     # the abandoned thread wakes, sees it was cancelled and cleans up
@@ -239,7 +245,7 @@ def test_a_stalled_download_never_hangs(monkeypatch, private_data_dir):
 
 def test_a_bad_download_is_not_cached(monkeypatch, private_data_dir):
     monkeypatch.setattr(data_mod, "_urlopen", lambda url, timeout: io.BytesIO(b"not the archive"))
-    s = gl.real_images("cifar10", n=10, timeout_s=5)
+    s = course.real_images("cifar10", n=10, timeout_s=5)
     assert "checksum mismatch" in s.note and _no_download_left(private_data_dir)
 
 
@@ -279,7 +285,7 @@ def test_a_working_download_is_cached_once_and_exported(monkeypatch, private_dat
     monkeypatch.setattr(data_mod, "_urlopen", serve)
     monkeypatch.setattr(CIFAR10, "tgz_md5", hashlib.md5(archive).hexdigest())
     monkeypatch.setattr("torchvision.datasets.cifar.check_integrity", lambda *a, **k: True)   # fake files: other md5s
-    s = gl.real_images("cifar10", n=20, timeout_s=10)
+    s = course.real_images("cifar10", n=20, timeout_s=10)
     assert s.source == "cifar10" and s.note == "" and s.n == 20 and s.counts() == [2] * 10
     assert s.classes[0] == "00_airplane" and (private_data_dir / "cache" / "cifar-10-batches-py").is_dir()
     from PIL import Image
@@ -288,49 +294,49 @@ def test_a_working_download_is_cached_once_and_exported(monkeypatch, private_dat
     assert first.shape == (32, 32, 3)
     candidates = [pixels[j].transpose(1, 2, 0) for j in range(50) if labels[j] == 0]
     assert min(np.abs(first - c).mean() for c in candidates) < 8      # the JPEG of one airplane image
-    again = gl.real_images("cifar10", n=20, timeout_s=10)
+    again = course.real_images("cifar10", n=20, timeout_s=10)
     assert len(calls) == 1 and not again.generated                     # downloaded once, reused
 
 
 def test_real_images_bad_input():
     with pytest.raises(ValueError, match="cifar10"):
-        gl.real_images("imagenet")
+        course.real_images("imagenet")
     with pytest.raises(ValueError):
-        gl.real_images("mnist", timeout_s=0)
+        course.real_images("mnist", timeout_s=0)
     with pytest.raises(TypeError):
-        gl.real_images("mnist", fallback="yes")
+        course.real_images("mnist", fallback="yes")
 
 
 # ---- loaders ------------------------------------------------------------------------------------
 def test_torch_loader_batches_and_options(shapes):
-    x, y = next(iter(gl.torch_loader(shapes, 16, crop=24)))
+    x, y = next(iter(course.torch_loader(shapes, 16, crop=24)))
     assert tuple(x.shape) == (16, 3, 24, 24) and str(x.dtype) == "torch.float32" and str(y.dtype) == "torch.int64"
     assert -3 < float(x.min()) < 0 < float(x.max()) < 3                       # normalised
-    loader = gl.torch_loader(shapes, 16, num_workers=1, persistent_workers=True, prefetch_factor=2, pin_memory=True)
+    loader = course.torch_loader(shapes, 16, num_workers=1, persistent_workers=True, prefetch_factor=2, pin_memory=True)
     assert loader.persistent_workers and loader.prefetch_factor == 2
     import torch
 
     assert loader.pin_memory == torch.cuda.is_available()                     # nothing to pin for without CUDA
     assert sum(len(b[1]) for b in loader) == 64
     with pytest.raises(ValueError, match="num_workers"):
-        gl.torch_loader(shapes, 16, prefetch_factor=2)
+        course.torch_loader(shapes, 16, prefetch_factor=2)
     with pytest.raises(TypeError, match="ImageSet"):
-        gl.torch_loader(str(shapes.root))
+        course.torch_loader(str(shapes.root))
     with pytest.raises(ValueError):
-        gl.torch_loader(shapes, 0)
+        course.torch_loader(shapes, 0)
 
 
 def test_cached_loader_decodes_once_and_augments_per_image(shapes):
     import torch
 
-    plain = gl.cached_loader(shapes, 64, augment=False, shuffle=False, device="cpu")
-    reference = next(iter(gl.torch_loader(shapes, 64, augment=False, shuffle=False)))
-    assert gl.check_batches(next(iter(plain)), reference).mean_abs_diff < 1e-6
-    aug = gl.cached_loader(shapes, 16, crop=20, device="cpu", seed=3)
+    plain = course.cached_loader(shapes, 64, augment=False, shuffle=False, device="cpu")
+    reference = next(iter(course.torch_loader(shapes, 64, augment=False, shuffle=False)))
+    assert gl.data.check_batches(next(iter(plain)), reference).mean_abs_diff < 1e-6
+    aug = course.cached_loader(shapes, 16, crop=20, device="cpu", seed=3)
     batches = list(aug)
     assert len(batches) == len(aug) == 4 and tuple(batches[0][0].shape) == (16, 3, 20, 20)
     assert sorted(torch.cat([b[1] for b in batches]).tolist()) == sorted(shapes.labels)
-    twin = gl.cached_loader(shapes, 16, crop=20, device="cpu", seed=3)
+    twin = course.cached_loader(shapes, 16, crop=20, device="cpu", seed=3)
     assert torch.equal(next(iter(twin))[0], batches[0][0])                      # seeded
     x = batches[0][0]
     assert not torch.allclose(x[0], x[1]) and "decoded once" in repr(aug) and aug.prepare_s > 0
@@ -341,15 +347,15 @@ def test_dali_cpu_pipeline_runs_and_matches_torchvision(shapes):
     pytest.importorskip("nvidia.dali")
     for crop in (32, 24):
         kw = dict(batch_size=64, crop=crop, augment=False, shuffle=False)
-        a = next(iter(gl.torch_loader(shapes, **kw)))
-        b = next(iter(gl.dali_loader(shapes, device="cpu", **kw)))
-        check = gl.check_batches(a, b, ("torchvision", "DALI"))
+        a = next(iter(course.torch_loader(shapes, **kw)))
+        b = next(iter(course.dali_loader(shapes, device="cpu", **kw)))
+        check = gl.data.check_batches(a, b, ("torchvision", "DALI"))
         assert check.ok, check
         assert check.labels_equal and check.shapes[0] == (64, 3, crop, crop) and check.label_dtypes == ("int64",) * 2
         if crop == 32:   # same libjpeg decode, no resize: the same numbers
             assert check.max_abs_diff < 1e-5
-    loader = gl.dali_loader(shapes, 16, crop=20, device="cpu", num_threads=1)
-    assert loader.plan == gl.DaliPlan(None, "cpu", "cpu") and len(loader) == 4
+    loader = course.dali_loader(shapes, 16, crop=20, device="cpu", num_threads=1)
+    assert loader.plan == course.DaliPlan(None, "cpu", "cpu") and len(loader) == 4
     for epoch in range(2):                                                      # whole epochs, twice
         labels = [int(v) for _, y in loader for v in y]
         assert sorted(labels) == sorted(shapes.labels)
@@ -357,15 +363,15 @@ def test_dali_cpu_pipeline_runs_and_matches_torchvision(shapes):
 
 
 def test_dali_plan():
-    assert gl.dali_plan("cpu") == gl.DaliPlan(None, "cpu", "cpu") and not gl.dali_plan("cpu").on_gpu
-    assert gl.dali_plan("cuda") == gl.DaliPlan(0, "mixed", "gpu")
-    assert gl.dali_plan("cuda:1").device_id == 1 and "nvJPEG" in str(gl.dali_plan("cuda"))
+    assert course.dali_plan("cpu") == course.DaliPlan(None, "cpu", "cpu") and not course.dali_plan("cpu").on_gpu
+    assert course.dali_plan("cuda") == course.DaliPlan(0, "mixed", "gpu")
+    assert course.dali_plan("cuda:1").device_id == 1 and "nvJPEG" in str(course.dali_plan("cuda"))
     import torch
 
-    assert gl.dali_plan(torch.device("cuda", 2)).device_id == 2
-    assert gl.dali_plan("mps").decoder == "cpu"
+    assert course.dali_plan(torch.device("cuda", 2)).device_id == 2
+    assert course.dali_plan("mps").decoder == "cpu"
     with pytest.raises(ValueError, match="cuda"):
-        gl.dali_plan("tpu")
+        course.dali_plan("tpu")
 
 
 class _Node:
@@ -398,7 +404,7 @@ def _recording_fn():
 
 def test_dali_gpu_graph_against_a_recording_fake(shapes):
     fn, dali_types, log = _recording_fn()
-    out, labels = pipe_mod._dali_graph(fn, dali_types, gl.dali_plan("cuda:0"), shapes, 24, True, True, 5)
+    out, labels = pipe_mod._dali_graph(fn, dali_types, course.dali_plan("cuda:0"), shapes, 24, True, True, 5)
     calls = dict((name, kw) for name, kw in log if isinstance(kw, dict))
     assert calls["decoders.image"]["device"] == "mixed"                       # nvJPEG decode
     assert calls["random_resized_crop"]["device"] == "gpu" and calls["random_resized_crop"]["size"] == [24, 24]
@@ -407,7 +413,7 @@ def test_dali_gpu_graph_against_a_recording_fake(shapes):
     assert calls["readers.file"]["file_root"] == str(shapes.root) and calls["readers.file"]["name"] == "Reader"
     assert ("gpu", "labels") in log and labels.name == "labels.gpu()"         # labels follow to the GPU
     fn, dali_types, log = _recording_fn()
-    pipe_mod._dali_graph(fn, dali_types, gl.dali_plan("cpu"), shapes, 16, False, False, 0)
+    pipe_mod._dali_graph(fn, dali_types, course.dali_plan("cpu"), shapes, 16, False, False, 0)
     calls = dict((name, kw) for name, kw in log if isinstance(kw, dict))
     assert calls["decoders.image"]["device"] == "cpu" and calls["resize"]["device"] == "cpu"
     assert "random_resized_crop" not in calls and calls["crop_mirror_normalize"]["mirror"] == 0
@@ -415,9 +421,9 @@ def test_dali_gpu_graph_against_a_recording_fake(shapes):
 
 
 def test_dali_tf_dataset_is_optional_and_placed_on_its_device(shapes, monkeypatch):
-    if not gl.dali_tf_available():
+    if not course.dali_tf_available():
         with pytest.raises(ImportError, match="nvidia-dali-tf-plugin"):
-            gl.dali_tf_dataset(shapes, 8)
+            course.dali_tf_dataset(shapes, 8)
     placed, made = [], {}
 
     class FakeTF:
@@ -430,7 +436,7 @@ def test_dali_tf_dataset_is_optional_and_placed_on_its_device(shapes, monkeypatc
             yield
 
     fake_plugin = types.SimpleNamespace(DALIDataset=lambda **kw: made.update(kw) or "dataset")
-    for plan, where in ((gl.dali_plan("cpu"), "/cpu:0"), (gl.dali_plan("cuda:1"), "/gpu:1")):
+    for plan, where in ((course.dali_plan("cpu"), "/cpu:0"), (course.dali_plan("cuda:1"), "/gpu:1")):
         assert pipe_mod._dali_dataset(fake_plugin, FakeTF, "pipe", plan, 8, 3, 24) == "dataset"
         assert placed[-1] == where and made["device_id"] == plan.device_id
         assert made["output_shapes"] == ((8, 3, 24, 24), (8, 1)) and made["pipeline"] == "pipe"
@@ -439,17 +445,17 @@ def test_dali_tf_dataset_is_optional_and_placed_on_its_device(shapes, monkeypatc
 def test_tf_dataset_options_deliver_the_same_data(shapes):
     if importlib.util.find_spec("tensorflow") is None:   # found, not imported (TF before Triton crashes)
         pytest.skip("tensorflow not installed")
-    reference = next(iter(gl.torch_loader(shapes, 64, augment=False, shuffle=False)))
-    plain = next(iter(gl.tf_dataset(shapes, 64, augment=False, shuffle=False, layout="NCHW")))
-    assert gl.check_batches(reference, plain).max_abs_diff < 1e-5            # same decode (accurate IDCT)
+    reference = next(iter(course.torch_loader(shapes, 64, augment=False, shuffle=False)))
+    plain = next(iter(course.tf_dataset(shapes, 64, augment=False, shuffle=False, layout="NCHW")))
+    assert gl.data.check_batches(reference, plain).max_abs_diff < 1e-5            # same decode (accurate IDCT)
     for kw in ({"parallel": False, "prefetch": False}, {"cache": True}, {"interleave": True}, {}):
-        ds = gl.tf_dataset(shapes, 16, crop=20, **kw)
+        ds = course.tf_dataset(shapes, 16, crop=20, **kw)
         for _ in range(2):                                                    # two epochs (cache refills once)
             xs, ys = zip(*[(x.numpy(), y.numpy()) for x, y in ds])
             assert xs[0].shape == (16, 20, 20, 3) and ys[0].dtype == np.int64
             assert sorted(np.concatenate(ys).tolist()) == sorted(shapes.labels), kw
     with pytest.raises(ValueError, match="layout"):
-        gl.tf_dataset(shapes, 8, layout="CHW")
+        course.tf_dataset(shapes, 8, layout="CHW")
 
 
 # ---- measuring loaders ---------------------------------------------------------------------------
@@ -491,7 +497,7 @@ def test_measure_loader_splits_data_wait_from_compute():
 
 
 def test_measure_loader_counts_worker_processes_cpu(shapes):
-    one = gl.measure_loader(gl.torch_loader(shapes, 8, num_workers=1), None, label="1 worker", epochs=3)
+    one = gl.measure_loader(course.torch_loader(shapes, 8, num_workers=1), None, label="1 worker", epochs=3)
     assert one.cpu_s > 0 and one.data_wait_share > 0.9                        # no step: all waiting
 
 
@@ -519,16 +525,16 @@ def test_measure_loaders_interleaves_rounds_and_merges_them():
             order.append(self.name)
             return super().__iter__()
 
-    runs = gl.measure_loaders({"a": Named("a"), "b": Named("b")}, lambda b: None, rounds=3)
+    runs = gl.data.measure_loaders({"a": Named("a"), "b": Named("b")}, lambda b: None, rounds=3)
     assert order == ["a", "b", "b", "a", "a", "b"]                         # the order rotates every round
     assert [r.label for r in runs] == ["a", "b"]
     assert runs[0].epochs == 3 and runs[0].batches == 2 + 3 + 3            # warm-up batch left out in round 1 only
     assert runs[0].items == 8 * 8 and len(runs[0].starts_s) == 8
     assert runs[0].wall_s >= runs[0].data_wait_s
     with pytest.raises(TypeError, match="mapping"):
-        gl.measure_loaders([Named("a")])
+        gl.data.measure_loaders([Named("a")])
     with pytest.raises(ValueError):
-        gl.measure_loaders({"a": Named("a")}, rounds=0)
+        gl.data.measure_loaders({"a": Named("a")}, rounds=0)
 
 
 def test_measure_loader_bad_input():
@@ -579,10 +585,10 @@ def test_compare_loaders_table():
 def test_check_batches_finds_every_kind_of_difference():
     x = np.random.default_rng(0).normal(size=(4, 3, 8, 8)).astype(np.float32)
     y = np.array([0, 1, 2, 3])
-    assert gl.check_batches((x, y), (x.copy(), y.copy())).ok
-    assert not gl.check_batches((x, y), (x, y[::-1])).ok                                  # label mapping
-    assert not gl.check_batches((x, y), (x.astype(np.float64), y)).ok                      # dtype
-    assert not gl.check_batches((x, y), (x[:, :, :4], y)).ok                               # shape
-    assert not gl.check_batches((x, y), (x * 255, y)).ok                                   # value range
-    assert not gl.check_batches((x, y), (x, y.astype(np.int32))).ok                        # label dtype
-    assert "NOT equivalent" in repr(gl.check_batches((x, y), (x, y[::-1]), ("torchvision", "DALI")))
+    assert gl.data.check_batches((x, y), (x.copy(), y.copy())).ok
+    assert not gl.data.check_batches((x, y), (x, y[::-1])).ok                                  # label mapping
+    assert not gl.data.check_batches((x, y), (x.astype(np.float64), y)).ok                      # dtype
+    assert not gl.data.check_batches((x, y), (x[:, :, :4], y)).ok                               # shape
+    assert not gl.data.check_batches((x, y), (x * 255, y)).ok                                   # value range
+    assert not gl.data.check_batches((x, y), (x, y.astype(np.int32))).ok                        # label dtype
+    assert "NOT equivalent" in repr(gl.data.check_batches((x, y), (x, y[::-1]), ("torchvision", "DALI")))

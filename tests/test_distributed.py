@@ -17,8 +17,10 @@ from pathlib import Path
 import pytest
 
 import gpulab
+from gpulab import course
 import gpulab.distributed as dist_mod
-from gpulab.scripts import ddp_train
+from gpulab.distributed import agents, torchrun as launch_mod, worker
+from gpulab.course.scripts import ddp_train
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -57,7 +59,7 @@ def test_doctests():
 def test_two_nodes_on_localhost_run_the_ddp_script_and_its_checks():
     """Two torchrun agents meet through a c10d rendezvous; ranks report data; output is rank-prefixed."""
     lines: list[str] = []
-    run = gpulab.launch("gpulab.scripts.ddp_train", "--steps", "2", "--batch", "8", "--no-baseline", "--allreduce-reps",
+    run = gpulab.launch("gpulab.course.scripts.ddp_train", "--steps", "2", "--batch", "8", "--no-baseline", "--allreduce-reps",
                         "2", nproc=1, nnodes=2, echo=lines.append, timeout_s=180)
     assert run.world_size == 2 and [r["rank"] for r in run.results] == [0, 1]
     assert {r["node"] for r in run.results} == {0, 1}                  # one rank per "node"
@@ -82,11 +84,11 @@ def test_two_nodes_on_localhost_run_the_ddp_script_and_its_checks():
 def test_a_rank_that_raises_surfaces_its_traceback_and_stops_the_others():
     token = f"tok{uuid.uuid4().hex}"
     start = time.monotonic()
-    with pytest.raises(gpulab.DistributedError) as info:
+    with pytest.raises(gpulab.distributed.DistributedError) as info:
         gpulab.launch(FIXTURES / "dist_raise.py", token, nproc=2, timeout_s=120)
     assert time.monotonic() - start < 100                # rank 0 sleeps 120 s: it was stopped, not waited for
     err = info.value
-    assert not isinstance(err, gpulab.LaunchTimeout)
+    assert not isinstance(err, gpulab.distributed.LaunchTimeout)
     assert "rank 1" in str(err) and "ZeroDivisionError: rank 1 broke on purpose" in str(err)
     assert "dist_raise.py" in str(err)                   # the frame of the failing line
     assert err.failures[0].rank == 1 and "ZeroDivisionError" in err.failures[0].traceback
@@ -98,11 +100,11 @@ def test_a_rank_that_raises_surfaces_its_traceback_and_stops_the_others():
 def test_a_rank_that_hangs_is_stopped_by_the_timeout():
     token = f"tok{uuid.uuid4().hex}"
     start = time.monotonic()
-    with pytest.raises(gpulab.LaunchTimeout) as info:
+    with pytest.raises(gpulab.distributed.LaunchTimeout) as info:
         gpulab.launch(FIXTURES / "dist_hang.py", token, nproc=2, timeout_s=20)
     assert time.monotonic() - start < 20 + 15            # the timeout, then a few seconds to stop everything
     err = info.value
-    assert isinstance(err, TimeoutError) and isinstance(err, gpulab.DistributedError)
+    assert isinstance(err, TimeoutError) and isinstance(err, gpulab.distributed.DistributedError)
     assert "did not finish within 20 s" in str(err)
     # the hung rank's stack, dumped by faulthandler (SIGUSR1, registered by init_worker) before the kill
     assert [f.rank for f in err.failures] == [1], str(err)
@@ -133,8 +135,8 @@ def test_missing_script_or_module_is_refused(tmp_path):
         gpulab.launch(tmp_path / "nope.py")
     with pytest.raises(ValueError, match="no training script"):
         gpulab.launch(str(tmp_path / "nope.py"))
-    with pytest.raises(ValueError, match="no module 'gpulab.scripts.nope'"):
-        gpulab.launch("gpulab.scripts.nope")
+    with pytest.raises(ValueError, match="no module 'gpulab.course.scripts.nope'"):
+        gpulab.launch("gpulab.course.scripts.nope")
     with pytest.raises(ValueError, match="neither"):
         gpulab.launch("not a module!")
     with pytest.raises(TypeError, match="script"):
@@ -153,15 +155,15 @@ def test_nccl_needs_a_gpu_per_process(monkeypatch):
 # ------------------------------------------------------------------------- commands, backends, fakes of GPUs
 
 def test_torchrun_command_single_and_multi_node():
-    single = gpulab.torchrun_command("gpulab.scripts.ddp_train", ["--steps", "3"], nproc=2)
+    single = gpulab.torchrun_command("gpulab.course.scripts.ddp_train", ["--steps", "3"], nproc=2)
     assert single[:3] == [sys.executable, "-m", "torch.distributed.run"]
-    assert "--standalone" in single and single[-4:] == ["-m", "gpulab.scripts.ddp_train", "--steps", "3"]
+    assert "--standalone" in single and single[-4:] == ["-m", "gpulab.course.scripts.ddp_train", "--steps", "3"]
     multi = gpulab.torchrun_command(FIXTURES / "dist_hello.py", nproc=4, nnodes=2, rdzv_endpoint="10.0.0.1:29400",
                                     rdzv_id="job7")
     assert "--rdzv-endpoint=10.0.0.1:29400" in multi and "--rdzv-id=job7" in multi and "-m" not in multi[3:]
     assert multi[-1] == str((FIXTURES / "dist_hello.py").resolve())
     with pytest.raises(ValueError, match="rdzv_endpoint"):
-        gpulab.torchrun_command("gpulab.scripts.ddp_train", nnodes=2)
+        gpulab.torchrun_command("gpulab.course.scripts.ddp_train", nnodes=2)
 
 
 def test_default_backend_follows_the_gpus(monkeypatch):
@@ -169,14 +171,14 @@ def test_default_backend_follows_the_gpus(monkeypatch):
     import torch.distributed as dist
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert gpulab.default_backend(2) == "gloo"
+    assert gpulab.distributed.default_backend(2) == "gloo"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.setattr(dist, "is_nccl_available", lambda: True)
-    assert gpulab.default_backend(2) == "nccl"
-    assert gpulab.default_backend(3) == "gloo"           # a GPU per process, or gloo
+    assert gpulab.distributed.default_backend(2) == "nccl"
+    assert gpulab.distributed.default_backend(3) == "gloo"           # a GPU per process, or gloo
     with pytest.raises(ValueError):
-        gpulab.default_backend(0)
+        gpulab.distributed.default_backend(0)
 
 
 def test_init_worker_on_nccl_uses_its_own_gpu(monkeypatch, tmp_path):
@@ -198,7 +200,7 @@ def test_init_worker_on_nccl_uses_its_own_gpu(monkeypatch, tmp_path):
     monkeypatch.setenv("GROUP_RANK", "1")
     monkeypatch.setenv(dist_mod.BACKEND_ENV, "nccl")
     monkeypatch.setenv(dist_mod.RESULTS_ENV, str(tmp_path))
-    monkeypatch.setenv(dist_mod.TIMEOUT_ENV, "42")
+    monkeypatch.setenv(launch_mod.TIMEOUT_ENV, "42")
     info = dist_mod.init_worker()
     assert (info.rank, info.local_rank, info.world_size, info.node, info.backend) == (3, 1, 4, 1, "nccl")
     assert info.device == torch.device("cuda", 1) and calls["set_device"] == torch.device("cuda", 1)
@@ -217,17 +219,17 @@ def test_init_worker_on_nccl_uses_its_own_gpu(monkeypatch, tmp_path):
 
 def test_simulated_nodes_get_their_own_gpus():
     env = {"CUDA_VISIBLE_DEVICES": "3,5,6,7"}
-    assert [dist_mod._node_gpus(env, "nccl", i, 2, 2) for i in (0, 1)] == [{"CUDA_VISIBLE_DEVICES": "3,5"},
+    assert [launch_mod._node_gpus(env, "nccl", i, 2, 2) for i in (0, 1)] == [{"CUDA_VISIBLE_DEVICES": "3,5"},
                                                                           {"CUDA_VISIBLE_DEVICES": "6,7"}]
-    assert dist_mod._node_gpus({}, "nccl", 1, 1, 2) == {"CUDA_VISIBLE_DEVICES": "1"}
-    assert dist_mod._node_gpus({}, "gloo", 1, 1, 2) == {} and dist_mod._node_gpus({}, "nccl", 0, 2, 1) == {}
+    assert launch_mod._node_gpus({}, "nccl", 1, 1, 2) == {"CUDA_VISIBLE_DEVICES": "1"}
+    assert launch_mod._node_gpus({}, "gloo", 1, 1, 2) == {} and launch_mod._node_gpus({}, "nccl", 0, 2, 1) == {}
 
 
 def test_report_merges_into_the_rank_file(monkeypatch, tmp_path):
     import numpy as np
     import torch
 
-    monkeypatch.setattr(dist_mod, "_REPORTED", {})
+    monkeypatch.setattr(worker, "_REPORTED", {})
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv(dist_mod.RESULTS_ENV, str(tmp_path))
     dist_mod.report(a=1, t=torch.tensor([1.5, 2.0]))
@@ -245,40 +247,40 @@ def test_traceback_and_root_cause_parsing():
         [rank3]:   File "train.py", line 9, in <module>
         [rank3]: KeyError: 'x'
         """)
-    tb, rank = dist_mod._traceback_from(text)
+    tb, rank = agents._traceback_from(text)
     assert rank == 3 and tb.startswith("Traceback") and tb.endswith("KeyError: 'x'")
     dump = "Thread 0x01 (most recent call first):\n  File \"a.py\", line 1 in f\n\nCurrent thread 0x02 (most recent " \
            "call first):\n  File \"b.py\", line 2 in wait_forever\n"
-    tb, rank = dist_mod._traceback_from("noise\n" + dump)
+    tb, rank = agents._traceback_from("noise\n" + dump)
     assert rank is None and tb.startswith("Thread 0x01") and "wait_forever" in tb
     summary = ["Failures:", "  rank      : 0 (local_rank: 0)", "Root Cause (first observed failure):", "[0]:",
                "  rank      : 1 (local_rank: 1)"]
-    assert dist_mod._root_cause_rank(summary) == 1 and dist_mod._root_cause_rank(["nothing"]) is None
+    assert agents._root_cause_rank(summary) == 1 and agents._root_cause_rank(["nothing"]) is None
 
 
 def test_allreduce_estimate_and_scaling_table():
-    assert gpulab.allreduce_seconds(1e9, 1e9, workers=2) == pytest.approx(1.0)
-    assert gpulab.allreduce_seconds(1e9, 1e9, workers=8) == pytest.approx(1.75)   # hardly grows with workers
-    assert gpulab.allreduce_seconds(0, 1e9) == 0
+    assert gpulab.distributed.allreduce_seconds(1e9, 1e9, workers=2) == pytest.approx(1.0)
+    assert gpulab.distributed.allreduce_seconds(1e9, 1e9, workers=8) == pytest.approx(1.75)   # hardly grows with workers
+    assert gpulab.distributed.allreduce_seconds(0, 1e9) == 0
     with pytest.raises(ValueError):
-        gpulab.allreduce_seconds(1e9, 0)
-    t = gpulab.scaling({"1 process": (1, 100.0), "2 processes": (2, 150.0)}, baseline="1 process",
+        gpulab.distributed.allreduce_seconds(1e9, 0)
+    t = gpulab.distributed.scaling({"1 process": (1, 100.0), "2 processes": (2, 150.0)}, baseline="1 process",
                        published={"ddp-resnet50-dgxa100-tf32": 8})
     assert t.speedup("2 processes") == pytest.approx(1.5) and t.efficiency("2 processes") == pytest.approx(0.75)
     assert "75%" in repr(t) and "DGX A100" in repr(t) and "<table" in t._repr_html_()
     assert t.to_dataframe().loc["2 processes", "efficiency"] == pytest.approx(0.75)
     with pytest.raises(ValueError, match="baseline"):
-        gpulab.scaling({"a": (1, 1.0)}, baseline="b")
+        gpulab.distributed.scaling({"a": (1, 1.0)}, baseline="b")
     with pytest.raises(ValueError):
-        gpulab.scaling({"a": (0, 1.0)}, baseline="a")
+        gpulab.distributed.scaling({"a": (0, 1.0)}, baseline="a")
 
 
 def test_shard_indices_and_script_arguments():
-    shards = gpulab.shard_indices(10, 2, seed=3)
+    shards = gpulab.distributed.shard_indices(10, 2, seed=3)
     assert sorted(shards[0] + shards[1]) == list(range(10)) and not set(shards[0]) & set(shards[1])
-    padded = gpulab.shard_indices(11, 2, seed=3)          # 11 items: one repeated to make 12
+    padded = gpulab.distributed.shard_indices(11, 2, seed=3)          # 11 items: one repeated to make 12
     assert len(padded[0]) == len(padded[1]) == 6 and len(set(padded[0]) | set(padded[1])) == 11
-    dropped = gpulab.shard_indices(11, 2, seed=3, drop_last=True)
+    dropped = gpulab.distributed.shard_indices(11, 2, seed=3, drop_last=True)
     assert len(dropped[0]) == 5 and not set(dropped[0]) & set(dropped[1])
     assert ddp_train.parse_args(["--steps", "0"]).steps == 0
     with pytest.raises(SystemExit):
@@ -286,7 +288,7 @@ def test_shard_indices_and_script_arguments():
 
 
 def test_train_step_uses_no_sync_with_ddp_like_models():
-    """gl.train_step enters model.no_sync() for all but the last micro-batch (unless ddp_no_sync=False)."""
+    """course.train_step enters model.no_sync() for all but the last micro-batch (unless ddp_no_sync=False)."""
     import contextlib
 
     import torch
@@ -304,8 +306,8 @@ def test_train_step_uses_no_sync_with_ddp_like_models():
     batch = (torch.randn(8, 4), torch.randint(0, 2, (8,)))
     for no_sync, expected in ((True, 3), (False, 0)):
         m = FakeDDP()
-        cfg = gpulab.TrainConfig(accumulation_steps=4, ddp_no_sync=no_sync, progress=False)
-        gpulab.train_step(m, torch.optim.SGD(m.parameters(), lr=0.1), batch, cfg)
+        cfg = course.TrainConfig(accumulation_steps=4, ddp_no_sync=no_sync, progress=False)
+        course.train_step(m, torch.optim.SGD(m.parameters(), lr=0.1), batch, cfg)
         assert m.entered == expected
 
 
@@ -322,12 +324,12 @@ def test_mirrored_strategy_on_logical_cpus_and_on_fake_gpus():
         real_list, real_ms = tf.config.list_physical_devices, tf.distribute.MirroredStrategy
         tf.config.list_physical_devices = lambda kind=None: ["GPU:0", "GPU:1"] if kind == "GPU" else real_list(kind)
         tf.distribute.MirroredStrategy = lambda *a, **k: calls.append((a, k)) or "all GPUs"
-        assert gl.mirrored_strategy() == "all GPUs" and calls == [((), {})]
+        assert gl.distributed.mirrored_strategy() == "all GPUs" and calls == [((), {})]
         tf.config.list_physical_devices, tf.distribute.MirroredStrategy = real_list, real_ms
-        s = gl.mirrored_strategy(cpu_devices=2)
+        s = gl.distributed.mirrored_strategy(cpu_devices=2)
         assert s.num_replicas_in_sync == 2, s.extended.worker_devices
         try:
-            gl.mirrored_strategy(cpu_devices=3)
+            gl.distributed.mirrored_strategy(cpu_devices=3)
         except RuntimeError as e:
             assert "before the first TensorFlow operation" in str(e)
         else:

@@ -12,8 +12,8 @@ import pytest
 import gpulab
 
 MODULES = sorted(m.name for m in pkgutil.walk_packages(gpulab.__path__, "gpulab.")
-                 if not m.name.startswith("gpulab.scripts."))
-NEEDS = {"gpulab.pipelines.dali_loader": "nvidia.dali", "gpulab.pipelines.tf_dataset": "tensorflow"}
+                 if not m.name.startswith("gpulab.course.scripts."))
+NEEDS = {"gpulab.course.dali.dali_loader": "nvidia.dali", "gpulab.course.pipelines.tf_dataset": "tensorflow"}
 
 
 def _absent(package: str) -> bool:
@@ -25,7 +25,9 @@ def _absent(package: str) -> bool:
 
 def test_every_module_is_collected():
     assert {"gpulab.telemetry.nvml", "gpulab.telemetry.gpu", "gpulab.system", "gpulab.memory"} <= set(MODULES)
-    assert set(NEEDS) <= {t.name for t in doctest.DocTestFinder().find(importlib.import_module("gpulab.pipelines"))}
+    found = {t.name for m in ("gpulab.course.pipelines", "gpulab.course.dali")
+             for t in doctest.DocTestFinder().find(importlib.import_module(m))}
+    assert set(NEEDS) <= found
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -17,8 +17,9 @@ import pytest
 import torch
 
 import gpulab as gl
-from gpulab import loading
-from gpulab import pipelines as pipe_mod
+from gpulab import course
+from gpulab.data import measure as loading
+from gpulab.course import dali as pipe_mod
 
 
 # ---- measure_loader and CUDA batches ---------------------------------------------------------------
@@ -146,8 +147,8 @@ def _graph_calls(images, plan, augment, crop):
 @pytest.fixture(scope="module")
 def sets(tmp_path_factory):
     root = tmp_path_factory.mktemp("sets")
-    return [gl.synthetic_images(root / "rgb", n=8, classes=2, size=16),
-            gl.synthetic_images(root / "grey", n=8, classes=2, size=16, channels=1)]
+    return [course.synthetic_images(root / "rgb", n=8, classes=2, size=16),
+            course.synthetic_images(root / "grey", n=8, classes=2, size=16, channels=1)]
 
 
 PLANS = ("cuda:0", "cpu")
@@ -160,7 +161,7 @@ def test_every_operator_argument_and_device_exists_in_installed_dali(sets, devic
     from nvidia.dali import backend
     from nvidia.dali.data_node import DataNode
 
-    plan = gl.dali_plan(device)
+    plan = course.dali_plan(device)
     seen = set()
     for images in sets:
         for crop in (images.size, 12):
@@ -205,7 +206,7 @@ def test_real_dali_defines_the_gpu_pipeline(sets, augment):
     a GPU operator fed from the CPU raises, with no GPU needed."""
     pytest.importorskip("nvidia.dali")
     for images in sets:
-        pipe = pipe_mod._dali_pipeline(images, 4, 12, augment, gl.dali_plan("cuda:0"), 1, True, 0, 2, build=False)
+        pipe = pipe_mod._dali_pipeline(images, 4, 12, augment, course.dali_plan("cuda:0"), 1, True, 0, 2, build=False)
         assert pipe.device_id == 0
 
 
@@ -240,7 +241,7 @@ def test_iterator_and_pipeline_keywords_exist():
 
 
 def test_dali_tf_dataset_keywords_exist_when_the_plugin_is_installed():
-    if not gl.dali_tf_available():
+    if not course.dali_tf_available():
         pytest.skip("DALI's TensorFlow plugin is not installed (not part of the pinned stack)")
     import nvidia.dali.plugin.tf as dali_tf
 

@@ -16,6 +16,7 @@ from torch.autograd import DeviceType
 from torch.autograd.profiler_util import EventList, FunctionEvent, FunctionEventAvg
 
 import gpulab.profiling as P
+from gpulab.profiling import events, run
 
 KW = dict(use_device="cuda", stack=[], input_shapes=[])
 
@@ -51,7 +52,7 @@ class _Prof:
 
 
 def _summary(prof, cuda=True):
-    return P._summarise(prof, "fab", "cuda" if cuda else "cpu", 1, 0, cuda, cuda, False, None)
+    return run._summarise(prof, "fab", "cuda" if cuda else "cpu", 1, 0, cuda, cuda, False, None)
 
 
 def test_real_rows_double_count_and_summary_counts_each_kernel_once():
@@ -74,7 +75,7 @@ def test_real_rows_double_count_and_summary_counts_each_kernel_once():
 def test_gpu_user_annotations_are_not_kernels():
     """kineto's device-side copy of a record_function range spans its kernels and the gaps between them:
     counting it would make an idle GPU look busy."""
-    d = P.check_device_events(list(_cuda_events()), profiled=True, cuda_used=True, windows=[(0.0, 1e-3)])
+    d = events.check_device_events(list(_cuda_events()), profiled=True, cuda_used=True, windows=[(0.0, 1e-3)])
     assert d.kernels == 1
     assert d.busy_s == pytest.approx(300e-6)          # the kernel alone, not the 360 us annotation
     assert d.median_kernel_s == pytest.approx(300e-6)
@@ -120,8 +121,8 @@ def test_old_row_fake_is_shaped_like_the_real_classes():
         ev = FunctionEvent(9, "k", 1, 0, 10, **KW)
         for old in OLD_NAMES:
             assert hasattr(ev, old)
-    assert set(P._DEVICE_NAMES.values()) == OLD_NAMES
-    assert all(hasattr(real_avg, new) for new in P._DEVICE_NAMES)
+    assert set(events._DEVICE_NAMES.values()) == OLD_NAMES
+    assert all(hasattr(real_avg, new) for new in events._DEVICE_NAMES)
 
 
 def test_old_torch_names_fill_the_device_columns():
@@ -149,12 +150,12 @@ def test_new_names_read_without_deprecation_warnings():
         warnings.simplefilter("error", FutureWarning)
         _summary(_Prof(_cuda_events()))
         # and on a real FunctionEvent, which still has the deprecated 'cuda' aliases, the new name wins
-        assert P._device_attr(FunctionEvent(9, "k", 1, 0, 10, **KW), "self_device_time_total") == 0
+        assert events._device_attr(FunctionEvent(9, "k", 1, 0, 10, **KW), "self_device_time_total") == 0
 
 
 def test_memory_by_operator_uses_either_spelling():
     rows = [_OldRow("sgemm_kernel", DeviceType.CUDA, 300, 300)]
-    s = P._summarise(_Prof(_cuda_events(), rows), "fab", "cuda", 1, 0, True, True, True, None)
+    s = run._summarise(_Prof(_cuda_events(), rows), "fab", "cuda", 1, 0, True, True, True, None)
     assert s.ops[0].self_device_memory_bytes == 64
     assert torch.autograd.profiler_util.FunctionEventAvg().self_device_memory_usage == 0
 

@@ -42,8 +42,8 @@ def test_budget_raises_cuda_shaped_oom_and_leaks_nothing():
         del keep
         gc.collect()
         assert card.current_bytes == 0
-    assert gl.is_oom(torch.OutOfMemoryError("x")) and gl.is_oom(RuntimeError("CUDA out of memory."))
-    assert not gl.is_oom(ValueError("out of memory"))
+    assert gl.memory.is_oom(torch.OutOfMemoryError("x")) and gl.memory.is_oom(RuntimeError("CUDA out of memory."))
+    assert not gl.memory.is_oom(ValueError("out of memory"))
 
 
 def test_oom_in_backward_is_recoverable_without_leak():

@@ -14,16 +14,20 @@ import torch
 import torch.nn.functional as F
 
 import gpulab as gl
-import gpulab.cuda_memory
+from gpulab import course
+import gpulab.memory.cuda
 import gpulab.errors
-import gpulab.leaks
-import gpulab.oom
-from gpulab.oom import parse_oom_message
+import gpulab.memory.leaks
+import gpulab.memory.oom
+import gpulab.memory.fixes
+import gpulab.memory.oom_message
+from gpulab.memory import parse_oom_message
 
 MiB, GiB = 2**20, 2**30
 
 
-@pytest.mark.parametrize("module", [gpulab.oom, gpulab.leaks, gpulab.cuda_memory, gpulab.errors],
+@pytest.mark.parametrize("module", [gpulab.memory.oom, gpulab.memory.oom_message, gpulab.memory.fixes,
+                                    gpulab.memory.leaks, gpulab.memory.cuda, gpulab.errors],
                          ids=lambda m: m.__name__)
 def test_doctests(module):
     assert doctest.testmod(module).failed == 0
@@ -77,10 +81,10 @@ def _mlp_oom(batch_size=256, card=6 * MiB, set_to_none=True):
     torch.manual_seed(0)
     err = None
     try:
-        with gl.smaller_card(card, device="cpu"):
-            model = gl.models.mlp()
+        with gl.memory.smaller_card(card, device="cpu"):
+            model = course.models.mlp()
             opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-            batch = gl.models.example_batch("mlp", batch_size)
+            batch = course.models.example_batch("mlp", batch_size)
             for _ in range(2):
                 opt.zero_grad(set_to_none=set_to_none)
                 F.cross_entropy(model(batch[0]), batch[1]).backward()
@@ -108,14 +112,14 @@ def test_explain_oom_matches_hand_computation():
     # the estimated step peak against a measurement of the same two steps on a card big enough
     def steps():
         torch.manual_seed(0)
-        m = gl.models.mlp()
+        m = course.models.mlp()
         o = torch.optim.Adam(m.parameters(), lr=1e-3)
-        x, y = gl.models.example_batch("mlp", B)
+        x, y = course.models.example_batch("mlp", B)
         for _ in range(2):
             o.zero_grad(set_to_none=True)
             F.cross_entropy(m(x), y).backward()
             o.step()
-    measured = gl.try_fixes({"big": steps}, budget=1 * GiB).trials[0].peak_bytes
+    measured = gl.memory.try_fixes({"big": steps}, budget=1 * GiB).trials[0].peak_bytes
     assert report.needed_bytes == pytest.approx(measured, rel=0.10)
     assert report.usable_bytes == 6 * MiB and report.shortfall_bytes > 0
     assert report.device == "simulated card" and report.message.simulated
@@ -140,11 +144,11 @@ def test_activation_heavy_ladder_puts_activation_fixes_first():
     torch.manual_seed(0)
     err = None
     try:
-        with gl.smaller_card(16 * MiB, device="cpu"):
-            model = gl.models.small_cnn(width=16)
+        with gl.memory.smaller_card(16 * MiB, device="cpu"):
+            model = course.models.small_cnn(width=16)
             opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-            batch = gl.models.example_batch("small_cnn", 128)
-            gl.train_step(model, opt, batch)
+            batch = course.models.example_batch("small_cnn", 128)
+            course.train_step(model, opt, batch)
     except torch.OutOfMemoryError as e:
         err = e
     report = gl.explain_oom(err, model=model, optimizer=opt, batch=batch)
@@ -210,17 +214,17 @@ def test_explain_oom_bad_input():
 
 # ---- try_fixes and smaller_card -------------------------------------------------------------------
 def test_try_fixes_and_errors():
-    ladder = gl.try_fixes({"big": lambda: torch.ones(1024, 1024), "small": lambda: torch.ones(128, 1024)},
+    ladder = gl.memory.try_fixes({"big": lambda: torch.ones(1024, 1024), "small": lambda: torch.ones(128, 1024)},
                           budget=2 * MiB)
     assert [t.fits for t in ladder.trials] == [False, True] and ladder.first_fit == "small"
     assert ladder.trial("small").peak_bytes == 128 * 1024 * 4 and ladder.trial("big").error
     assert "OOM" in repr(ladder) and ladder.to_dataframe().loc["small", "fits"]
     with pytest.raises(ValueError):
-        gl.try_fixes({"x": lambda: None}, device="cpu")                # no budget on CPU
+        gl.memory.try_fixes({"x": lambda: None}, device="cpu")                # no budget on CPU
     with pytest.raises(TypeError):
-        gl.try_fixes({"x": 3}, budget=MiB)
+        gl.memory.try_fixes({"x": 3}, budget=MiB)
     with pytest.raises(ZeroDivisionError):                              # a real bug is not an OOM: it propagates
-        gl.try_fixes({"bug": lambda: 1 / 0}, budget=MiB)
+        gl.memory.try_fixes({"bug": lambda: 1 / 0}, budget=MiB)
 
 
 def test_smaller_card_caps_the_cuda_allocator_with_a_fake(monkeypatch):
@@ -232,24 +236,24 @@ def test_smaller_card_caps_the_cuda_allocator_with_a_fake(monkeypatch):
     monkeypatch.setattr(c, "set_per_process_memory_fraction", lambda f, d=None: calls.append(("fraction", f)))
     monkeypatch.setattr(c, "memory_allocated", lambda d=None: 100)
     monkeypatch.setattr(c, "max_memory_allocated", lambda d=None: 100 + 5 * MiB)
-    with gl.smaller_card(2 * GiB, device="cuda:0") as card:
+    with gl.memory.smaller_card(2 * GiB, device="cuda:0") as card:
         assert not card.simulated and card.peak_bytes == 5 * MiB
     assert ("fraction", 2 / 16) in calls and calls[-1] == ("fraction", 1.0)
     with pytest.raises(RuntimeError):
-        with gl.smaller_card(2 * GiB, device="cuda:0"):
+        with gl.memory.smaller_card(2 * GiB, device="cuda:0"):
             raise RuntimeError("boom")
     assert calls[-1] == ("fraction", 1.0)                              # lifted even when the body fails
     with pytest.raises(ValueError):
-        with gl.smaller_card(32 * GiB, device="cuda:0"):
+        with gl.memory.smaller_card(32 * GiB, device="cuda:0"):
             pass
 
 
 # ---- leaks -----------------------------------------------------------------------------------------
 def test_leak_demos():
     torch.manual_seed(0)
-    model = gl.models.mlp()
+    model = course.models.mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    x, y = gl.models.example_batch("mlp", 64)
+    x, y = course.models.example_batch("mlp", 64)
     kept_eval, kept_train, numbers = [], [], []
 
     def eval_keeping():
@@ -266,25 +270,25 @@ def test_leak_demos():
         with torch.no_grad():
             numbers.append(F.cross_entropy(model(x), y).item())
 
-    ev = gl.memory_growth(eval_keeping, steps=4, label="eval keeps loss")
+    ev = gl.memory.memory_growth(eval_keeping, steps=4, label="eval keeps loss")
     act = 64 * (512 + 512 + 10 + 10) * 4                          # what one forward saves for backward
     assert ev.leaks and ev.growth_per_step_bytes == pytest.approx(act, rel=0.10)
-    tr = gl.memory_growth(train_keeping, steps=4)
+    tr = gl.memory.memory_growth(train_keeping, steps=4)
     assert tr.leaks and tr.growth_per_step_bytes < 64                  # backward freed the activations: bytes remain
-    ok = gl.memory_growth(eval_item, steps=4)
+    ok = gl.memory.memory_growth(eval_item, steps=4)
     assert not ok.leaks and ok.growth_per_step_bytes == 0
-    holders = gl.graph_holders(min_tensors=4)
+    holders = gl.memory.graph_holders(min_tensors=4)
     assert any(h.graph_tensors >= 4 and h.kind == "list" for h in holders)
     assert "leaks" in repr(ev) and "<table" in ev._repr_html_() and list(ev.to_dataframe().columns) == [
         "live_bytes", "growth_bytes"]
     with pytest.raises(ValueError):
-        gl.memory_growth(eval_item, steps=1)
+        gl.memory.memory_growth(eval_item, steps=1)
     with pytest.raises(TypeError):
-        gl.memory_growth("not callable")
+        gl.memory.memory_growth("not callable")
 
 
 def test_recover_memory_releases_traceback_and_names():
-    model = gl.models.mlp()
+    model = course.models.mlp()
 
     def failing():
         activations = model(torch.randn(128, 784))          # noqa: F841 - kept alive by the frame
@@ -300,15 +304,15 @@ def test_recover_memory_releases_traceback_and_names():
             sys.last_type, sys.last_value, sys.last_traceback = type(e), e, e.__traceback__
         gc.collect()
         held = tracker.current_bytes
-        r = gl.recover_memory(ns, ["out"])
+        r = gl.memory.recover_memory(ns, ["out"])
         after = tracker.current_bytes
     assert held > 2 * 128 * 512 * 4 and after < 0.05 * held
     assert "out" not in ns and sys.last_traceback is None
     assert any("last exception" in a for a in r.actions) and r.allocated_before is None
     with pytest.raises(TypeError):
-        gl.recover_memory(ns, "out")
+        gl.memory.recover_memory(ns, "out")
     with pytest.raises(ValueError):
-        gl.recover_memory(None, ["out"])
+        gl.memory.recover_memory(None, ["out"])
 
 
 # ---- GPU-only views against fakes -------------------------------------------------------------------
@@ -332,9 +336,9 @@ def _fake_cuda(allocated=3 * GiB, reserved=4 * GiB, total=16 * GiB, free=10 * Gi
 
 
 def test_cuda_memory_state_with_fake():
-    st = gl.cuda_memory_state(cuda=_fake_cuda())
+    st = gl.memory.cuda_memory_state(cuda=_fake_cuda())
     assert st.cached_bytes == GiB and st.inactive_split_bytes == 256 * MiB and st.ooms == 1
-    assert gl.cuda_memory_state(cuda=types.SimpleNamespace(is_available=lambda: False)) is None
+    assert gl.memory.cuda_memory_state(cuda=types.SimpleNamespace(is_available=lambda: False)) is None
 
 
 def test_reconcile_memory_with_fake_cuda_and_nvml(fake_nvml, monkeypatch):
@@ -342,8 +346,8 @@ def test_reconcile_memory_with_fake_cuda_and_nvml(fake_nvml, monkeypatch):
     t4 = fake.gpus[0]
     t4.used, t4.reserved = int(6.5 * GiB), GiB // 2      # v2: processes' 6.5 GiB; the driver keeps 0.5 GiB apart
     t4.processes = [(os.getpid(), int(4.5 * GiB)), (1, 2 * GiB), (2, None)]   # None: NVML cannot tell (WDDM)
-    assert gl.nvml_processes(0) == [(os.getpid(), int(4.5 * GiB)), (1, 2 * GiB), (2, None)]
-    r = gl.reconcile_memory(cuda=_fake_cuda())
+    assert gl.memory.nvml_processes(0) == [(os.getpid(), int(4.5 * GiB)), (1, 2 * GiB), (2, None)]
+    r = gl.memory.reconcile_memory(cuda=_fake_cuda())
     assert r.available
     assert r.value("NVML used") == int(6.5 * GiB) and r.value("driver reserve (NVML)") == GiB // 2
     assert r.value("PyTorch reserved") == 4 * GiB
@@ -351,22 +355,22 @@ def test_reconcile_memory_with_fake_cuda_and_nvml(fake_nvml, monkeypatch):
     assert r.value("CUDA context + non-PyTorch") == int(0.5 * GiB)    # 4.5 GiB for this process - 4 GiB reserved
     assert r.value("other processes (NVML)") == 2 * GiB
     assert "CUDA context" in repr(r) and r.to_dataframe().loc["NVML used", "bytes"] == int(6.5 * GiB)
-    st = gl.cuda_memory_state(cuda=_fake_cuda())
+    st = gl.memory.cuda_memory_state(cuda=_fake_cuda())
     assert (st.nvml_used_bytes, st.driver_reserved_bytes) == (int(6.5 * GiB), GiB // 2)
-    assert not gl.reconcile_memory(cuda=types.SimpleNamespace(is_available=lambda: False)).available
+    assert not gl.memory.reconcile_memory(cuda=types.SimpleNamespace(is_available=lambda: False)).available
 
 
 def test_reconcile_memory_on_a_pre_r510_driver_says_used_includes_the_reserve(fake_nvml):
     fake = fake_nvml(gpus=(("Tesla T4", (7, 5), 16 * GiB),), memory_v2=False)
     fake.gpus[0].used, fake.gpus[0].reserved = 6 * GiB, GiB // 2
-    r = gl.reconcile_memory(cuda=_fake_cuda())
+    r = gl.memory.reconcile_memory(cuda=_fake_cuda())
     assert r.value("NVML used") == int(6.5 * GiB) and r.value("driver reserve (NVML)") is None
     assert "reserve" in r.note
 
 
 def test_capture_memory_history_with_fake(tmp_path):
     cuda = _fake_cuda()
-    snap = gl.capture_memory_history(lambda: 7, path=tmp_path / "s.pickle", max_entries=1000, cuda=cuda)
+    snap = gl.memory.capture_memory_history(lambda: 7, path=tmp_path / "s.pickle", max_entries=1000, cuda=cuda)
     assert snap.available and snap.result == 7 and open(snap.path, "rb").read() == b"snapshot"
     assert [c[0] for c in cuda.calls] == ["record", "dump", "record"]
     assert cuda.calls[0][1] == {"max_entries": 1000} and cuda.calls[2][1] == {"enabled": None}
@@ -375,13 +379,13 @@ def test_capture_memory_history_with_fake(tmp_path):
     def oom():
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB.")
     with pytest.raises(torch.OutOfMemoryError) as info:
-        gl.capture_memory_history(oom, path=tmp_path / "oom.pickle", cuda=cuda)
+        gl.memory.capture_memory_history(oom, path=tmp_path / "oom.pickle", cuda=cuda)
     assert [c[0] for c in cuda.calls] == ["record", "dump", "record"]      # dumped and stopped despite the error
     assert any("oom.pickle" in n for n in getattr(info.value, "__notes__", []))
-    off = gl.capture_memory_history(lambda: 3, cuda=types.SimpleNamespace(is_available=lambda: False))
+    off = gl.memory.capture_memory_history(lambda: 3, cuda=types.SimpleNamespace(is_available=lambda: False))
     assert not off.available and off.result == 3 and off.path is None
     with pytest.raises(TypeError):
-        gl.capture_memory_history(None)
+        gl.memory.capture_memory_history(None)
 
 
 # ---- other errors -----------------------------------------------------------------------------------
@@ -403,7 +407,7 @@ def test_capture_memory_history_with_fake(tmp_path):
     ("ValueError: something else entirely", "unknown", False),
 ])
 def test_explain_error(text, code, restart):
-    x = gl.explain_error(text)
+    x = gl.errors.explain_error(text)
     assert x.code == code and x.restart_needed is restart and x.fix
     assert x.code in repr(x) and "<table" in x._repr_html_()
 
@@ -412,8 +416,8 @@ def test_explain_error_on_real_exceptions():
     try:
         torch.nn.Linear(4, 2)(torch.ones(1, 4, device="meta"))
     except RuntimeError as e:
-        assert gl.explain_error(e).code == "wrong-device"
-    x = gl.explain_error("RuntimeError: CUDA error: device-side assert triggered")
+        assert gl.errors.explain_error(e).code == "wrong-device"
+    x = gl.errors.explain_error("RuntimeError: CUDA error: device-side assert triggered")
     assert x.asynchronous and "CUDA_LAUNCH_BLOCKING=1" in repr(x)
     with pytest.raises(TypeError):
-        gl.explain_error(3)
+        gl.errors.explain_error(3)

@@ -9,23 +9,25 @@ import pytest
 import torch
 
 import gpulab as gl
+from gpulab import course
 import gpulab.precision
+import gpulab.course.precision
 from gpulab.system import GPUInfo
 
 
 def test_doctests():
-    assert doctest.testmod(gpulab.precision).failed == 0
+    assert doctest.testmod(gpulab.precision).failed == 0 and doctest.testmod(gpulab.course.precision).failed == 0
 
 
 def test_float_formats_match_torch_finfo():
-    df = gl.float_formats()
+    df = course.float_formats()
     for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16), ("fp16", torch.float16)):
         fi = torch.finfo(dtype)
         assert df.loc[name, "largest"] == pytest.approx(fi.max)
         assert df.loc[name, "smallest normal"] == pytest.approx(fi.tiny)
         assert df.loc[name, "epsilon"] == pytest.approx(fi.eps)
         assert df.loc[name, "bits"] == fi.bits
-    assert df.loc["fp16", "smallest subnormal"] == 2.0**-24 == gl.precision.FP16_SMALLEST_SUBNORMAL
+    assert df.loc["fp16", "smallest subnormal"] == 2.0**-24 == gpulab.course.precision.FP16_SMALLEST_SUBNORMAL
     assert torch.tensor(df.loc["fp16", "smallest subnormal"] / 2, dtype=torch.float16).item() == 0.0
 
 
@@ -67,14 +69,14 @@ def test_choice_bad_input():
 def test_choice_for_this_machine_is_usable():
     c = gl.choose_precision()
     assert c.precision in ("bf16", "fp16")
-    gl.TrainConfig(precision=c.precision)   # what lessons pass on
+    course.TrainConfig(precision=c.precision)   # what lessons pass on
 
 
 def test_gradient_underflow_loses_small_gradients_without_a_scaler():
     torch.manual_seed(0)
-    model = gl.models.mlp(hidden=64)
+    model = course.models.mlp(hidden=64)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    r = gl.gradient_underflow(model, gl.models.example_batch("mlp", 16), loss_weight=1e-5)
+    r = course.gradient_underflow(model, course.models.example_batch("mlp", 16), loss_weight=1e-5)
     assert r.lost_fraction["fp32"] == 0.0
     assert r.lost_fraction["fp16, no scaler"] > 0.5 > r.lost_fraction["fp16 + GradScaler"]
     assert r.relative_error["fp16 + GradScaler"] < 0.05 < r.relative_error["fp16, no scaler"]
@@ -89,45 +91,45 @@ def test_gradient_underflow_loses_small_gradients_without_a_scaler():
 
 def test_gradient_underflow_reports_overflow_with_a_huge_scale():
     torch.manual_seed(0)
-    r = gl.gradient_underflow(gl.models.mlp(hidden=32), gl.models.example_batch("mlp", 8), loss_scale=2.0**40)
+    r = course.gradient_underflow(course.models.mlp(hidden=32), course.models.example_batch("mlp", 8), loss_scale=2.0**40)
     assert r.overflow["fp16 + GradScaler"] and r.relative_error["fp16 + GradScaler"] == float("inf")
 
 
 def test_gradient_underflow_bad_input():
-    model, batch = gl.models.mlp(hidden=16), gl.models.example_batch("mlp", 4)
+    model, batch = course.models.mlp(hidden=16), course.models.example_batch("mlp", 4)
     with pytest.raises(ValueError, match="loss_weight"):
-        gl.gradient_underflow(model, batch, loss_weight=0)
+        course.gradient_underflow(model, batch, loss_weight=0)
     with pytest.raises(ValueError, match="loss_scale"):
-        gl.gradient_underflow(model, batch, loss_scale=float("nan"))
+        course.gradient_underflow(model, batch, loss_scale=float("nan"))
     with pytest.raises(TypeError, match="inputs, targets"):
-        gl.gradient_underflow(model, batch[0])
+        course.gradient_underflow(model, batch[0])
 
 
 def test_keras_step_times_validates_before_starting_a_process():
     with pytest.raises(ValueError, match="unknown Keras policies"):
-        gl.keras_step_times(("mixed_fp8",))
+        course.keras_step_times(("mixed_fp8",))
     with pytest.raises(TypeError):
-        gl.keras_step_times("float32")
+        course.keras_step_times("float32")
     with pytest.raises(ValueError, match="runs"):
-        gl.keras_step_times(runs=0)
+        course.keras_step_times(runs=0)
 
 
 def test_keras_cnn_policy_and_float32_output():
     keras = pytest.importorskip("keras")
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
     try:
-        model = gl.keras_cnn()
+        model = course.keras_cnn()
         assert model.layers[0].compute_dtype == "bfloat16" and model.layers[0].variable_dtype == "float32"
         assert model.layers[-1].compute_dtype == "float32"
     finally:
         keras.mixed_precision.set_global_policy("float32")
     with pytest.raises(ValueError):
-        gl.keras_cnn(width=0)
+        course.keras_cnn(width=0)
 
 
 @pytest.mark.slow
 def test_keras_step_times_in_a_fresh_process():
     pytest.importorskip("keras")
-    times = gl.keras_step_times(("float32", "mixed_bfloat16"), batch_size=16, runs=2,
+    times = course.keras_step_times(("float32", "mixed_bfloat16"), batch_size=16, runs=2,
                                 env={"TF_ENABLE_ONEDNN_OPTS": "1"})
     assert set(times) == {"float32", "mixed_bfloat16"} and all(t > 0 for t in times.values())

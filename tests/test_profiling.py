@@ -172,9 +172,9 @@ def test_bad_input():
     with pytest.raises(KeyError):
         s.share("nope")
     with pytest.raises(ValueError):
-        gpulab.nsight_commands('train.py"; rm -rf /')
+        gpulab.profiling.nsight_commands('train.py"; rm -rf /')
     with pytest.raises(ValueError):
-        gpulab.nsight_commands(kernels=0)
+        gpulab.profiling.nsight_commands(kernels=0)
 
 
 # ---- device events: fakes shaped like torch.autograd.profiler_util.FunctionEvent ------------------
@@ -268,23 +268,23 @@ def test_nvtx_capture_with_fake_cuda(monkeypatch):
         def __exit__(self, *a):
             calls.append("emit_done")
     monkeypatch.setattr(torch.autograd.profiler, "emit_nvtx", FakeEmit)
-    with gpulab.nvtx_capture(cuda=fake) as active:
+    with gpulab.profiling.nvtx_capture(cuda=fake) as active:
         calls.append("body")
     assert active is True
     assert calls == ["start", "emit_nvtx(record_shapes=False)", "body", "emit_done", "sync", "stop"]
     off = types.SimpleNamespace(is_available=lambda: False)
-    with gpulab.nvtx_capture(cuda=off) as active:
+    with gpulab.profiling.nvtx_capture(cuda=off) as active:
         pass
     assert active is False
 
 
 def test_nsight_commands():
-    c = gpulab.nsight_commands("train.py", output="run1", nvtx_range="forward", kernels=5)
+    c = gpulab.profiling.nsight_commands("train.py", output="run1", nvtx_range="forward", kernels=5)
     assert c.nsys.startswith("nsys profile --trace=cuda,nvtx")
     assert "--capture-range=cudaProfilerApi" in c.nsys and "--output=run1" in c.nsys and c.nsys.endswith("train.py")
     assert '--nvtx-include "forward/"' in c.ncu and "--launch-count 5" in c.ncu
     assert c.nsys_stats == "nsys stats run1.nsys-rep"
-    assert "--capture-range" not in gpulab.nsight_commands(capture_range=False).nsys
+    assert "--capture-range" not in gpulab.profiling.nsight_commands(capture_range=False).nsys
     assert "nsys" in repr(c) and "<table" in c._repr_html_()
 
 
@@ -313,14 +313,14 @@ def test_tf_profile_with_fake_tensorflow(monkeypatch, tmp_path):
         start=start, stop=lambda: calls.append(("stop",)), Trace=Trace))
     monkeypatch.setitem(sys.modules, "tensorflow", tf)
     steps = []
-    prof = gpulab.tf_profile(lambda: steps.append(1), steps=3, warmup=2, logdir=tmp_path / "tf")
+    prof = gpulab.profiling.tf_profile(lambda: steps.append(1), steps=3, warmup=2, logdir=tmp_path / "tf")
     assert len(steps) == 5
     assert calls[0] == ("start", str(tmp_path / "tf")) and calls[-1] == ("stop",)
     assert [c[2] for c in calls if c[0] == "trace"] == [0, 1, 2]
     assert prof.files and prof.files[0].endswith(".xplane.pb") and prof.command == f"tensorboard --logdir {tmp_path / 'tf'}"
     assert prof.top == () and "tensorboard-plugin-profile" in repr(prof)
     with pytest.raises(ValueError):
-        gpulab.tf_profile(lambda: None, steps=0)
+        gpulab.profiling.tf_profile(lambda: None, steps=0)
 
 
 def test_trace_ranges(tmp_path):

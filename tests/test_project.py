@@ -36,7 +36,7 @@ def test_notebook_follows_the_template(path):
     code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
     for heading in ("Learning goals", "Predict", "What happened", "Exercise", "Takeaways"):
         assert heading in md, f"{path.name} lacks a '{heading}' section"
-    assert "gl.setup()" in code and "gl.check(" in code
+    assert "gl.setup()" in code and "course.check(" in code
     imports = re.findall(r"^\s*(?:from|import)\s+([\w.]+)", code, re.M)
     assert not [m for m in imports if m.startswith("gpulab.")], "notebooks use gpulab's public face only"
 
@@ -98,7 +98,7 @@ def test_docs_build_every_public_module(tmp_path):
 
 def test_course_kernel_env_matches_quiet_env():
     """The kernel `make install` registers and gl.setup() on other kernels (Colab) quiet the same logs."""
-    from gpulab.notebook import QUIET_ENV
+    from gpulab.session import QUIET_ENV
 
     line = re.search(r"^KERNEL_ENV := (.*)$", (ROOT / "Makefile").read_text(), re.M).group(1).split()
     kernel_env = dict(zip(line[::2], line[1::2]))

@@ -14,7 +14,7 @@ def test_every_published_figure_has_provenance():
     for p in PUBLISHED.values():
         assert p.url.startswith("https://") and p.source and p.hardware and p.date[:2] in ("19", "20")
         assert p.low <= p.high and p.figure
-    df = gl.references()
+    df = gl.reference.references()
     assert set(df["key"]) == set(PUBLISHED)
     assert gl.published("amp-pytorch").figure == "2-3x"
     assert gl.published("mamf-a100").figure == "86% of peak"
@@ -119,9 +119,32 @@ def test_gpu_spec_unknown_and_table():
         gl.gpu_spec("Voodoo 2")
     with pytest.raises(ValueError):
         gl.gpu_spec("")
-    df = gl.gpu_specs()
+    df = gl.reference.gpu_specs().to_dataframe()
     assert len(df) == len(GPU_SPECS) and (df["bandwidth GB/s"] > 0).all()
     assert GPU_SPECS["A100 40GB SXM"].ridge_point() == pytest.approx(312e12 / 1555e9)
+
+
+def test_gpu_specs_table_renders_units_and_converts_to_the_old_frame():
+    t = gl.reference.gpu_specs()
+    lines = repr(t).splitlines()
+    header = ["gpu", "architecture", "fp32 (TFLOP/s)", "fp16 tensor (TFLOP/s)", "bandwidth (GB/s)", "memory (GiB)",
+              "TDP (W)", "source"]
+    assert lines[0].startswith("Datasheet peaks") and [h.strip() for h in lines[1].split("  ") if h.strip()] == header
+    assert len(lines) == len(GPU_SPECS) + 4 and len(t) == len(GPU_SPECS)
+    starts = [lines[1].index(h) for h in header]
+    rows = {line[:starts[1]].strip(): [line[a:b].strip() for a, b in zip(starts, starts[1:] + [None])]
+            for line in lines[3:-1]}
+    assert rows["A100 80GB PCIe"] == ["A100 80GB PCIe", "Ampere", "19.5", "312", "1935", "80", "300",
+                                      "NVIDIA A100 datasheet"]
+    assert rows["H100 PCIe"][3] == "756.5" and rows["T4"][4] == "320"
+    assert "<table" in t._repr_html_() and "<th>bandwidth (GB/s)</th>" in t._repr_html_()
+    df = t.to_dataframe()
+    assert list(df.columns) == ["gpu", "architecture", "fp32 TFLOP/s", "fp16 tensor TFLOP/s", "bandwidth GB/s",
+                                "memory GiB", "TDP W", "source"]
+    assert df["gpu"].tolist() == list(GPU_SPECS) and df.loc[df.gpu == "T4", "memory GiB"].item() == 16.0
+    assert t.spec("H100 SXM") is GPU_SPECS["H100 SXM"] and t.spec("Tesla T4") is GPU_SPECS["T4"]
+    with pytest.raises(AttributeError):
+        t.specs = ()
 
 
 def test_roofline_and_amdahl():
@@ -129,8 +152,8 @@ def test_roofline_and_amdahl():
     assert gl.attainable_flops(1.0, 1e12, 1e11) == 1e11
     arr = gl.attainable_flops(np.array([0.1, 100.0]), 1e12, 1e11)
     assert arr.tolist() == [1e10, 1e12]
-    assert gl.amdahl_speedup(1.0, 4) == pytest.approx(4)
-    assert gl.amdahl_speedup(0.0, 4) == pytest.approx(1)
+    assert gl.roofline.amdahl_speedup(1.0, 4) == pytest.approx(4)
+    assert gl.roofline.amdahl_speedup(0.0, 4) == pytest.approx(1)
     times = [10 * ((1 - 0.9) + 0.9 / n) for n in (1, 2, 4, 8)]
     fit = gl.fit_amdahl([1, 2, 4, 8], times)
     assert fit.parallel_fraction == pytest.approx(0.9, abs=1e-6) and fit.max_speedup == pytest.approx(10)
@@ -142,7 +165,7 @@ def test_roofline_and_amdahl():
     with pytest.raises(ValueError):
         gl.fit_amdahl([1], [1.0])
     with pytest.raises(ValueError):
-        gl.amdahl_speedup(1.5, 2)
+        gl.roofline.amdahl_speedup(1.5, 2)
 
 
 def test_count_flops():
@@ -169,16 +192,16 @@ def test_machine_limits_small():
 
 def test_measure_inputs_validated():
     with pytest.raises(ValueError):
-        gl.measure_matmul(0)
+        gl.limits.measure_matmul(0)
     with pytest.raises(ValueError):
-        gl.measure_matmul(8, "int4", device="cpu")
+        gl.limits.measure_matmul(8, "int4", device="cpu")
     with pytest.raises(ValueError):
-        gl.measure_bandwidth(10)
+        gl.limits.measure_bandwidth(10)
 
 
 def test_plots_return_axes():
     ax = gl.plot_roofline(1e11, 2e10, points=[("mm", 50.0, 5e10)])
     assert ax.get_xscale() == "log" and len(ax.get_lines()) >= 4
-    ax2 = gl.plot_amdahl(gl.fit_amdahl([1, 2], [1.0, 0.6]))
+    ax2 = gl.plots.plot_amdahl(gl.fit_amdahl([1, 2], [1.0, 0.6]))
     assert ax2.get_ylabel().startswith("speedup")
     assert not math.isnan(ax2.get_lines()[0].get_ydata()[0])

@@ -9,44 +9,45 @@ import pytest
 import torch
 
 import gpulab as gl
-import gpulab.runs
-from gpulab import runs as runs_mod
+from gpulab import course
+import gpulab.course.runs
+from gpulab.course import runs as runs_mod
 
 
 def test_doctests():
-    assert doctest.testmod(gpulab.runs).failed == 0
+    assert doctest.testmod(gpulab.course.runs).failed == 0
 
 
 def test_pattern_batch_is_seeded_and_learnable():
-    x1, y1 = gl.pattern_batch(8, seed=3)
-    x2, y2 = gl.pattern_batch(8, seed=3)
+    x1, y1 = course.pattern_batch(8, seed=3)
+    x2, y2 = course.pattern_batch(8, seed=3)
     assert torch.equal(x1, x2) and torch.equal(y1, y2) and x1.shape == (8, 3, 32, 32)
-    assert not torch.equal(gl.pattern_batch(8, seed=4)[0], x1)
+    assert not torch.equal(course.pattern_batch(8, seed=4)[0], x1)
     torch.manual_seed(0)
-    model = gl.models.small_cnn(width=8)
+    model = course.models.small_cnn(width=8)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    test = gl.pattern_batch(256, seed=999, signal=0.3)
-    before = gl.evaluate(model, test)
-    gl.train(model, opt, lambda s: gl.pattern_batch(64, seed=s, signal=0.3), steps=15,
-             config=gl.TrainConfig(progress=False), track_memory=False)
-    assert gl.evaluate(model, test) > max(before + 0.3, 0.6)
+    test = course.pattern_batch(256, seed=999, signal=0.3)
+    before = course.evaluate(model, test)
+    course.train(model, opt, lambda s: course.pattern_batch(64, seed=s, signal=0.3), steps=15,
+             config=course.TrainConfig(progress=False), track_memory=False)
+    assert course.evaluate(model, test) > max(before + 0.3, 0.6)
     for bad in ({"batch_size": 0}, {"batch_size": 2, "signal": -1}, {"batch_size": 2, "classes": 0}):
         with pytest.raises(ValueError):
-            gl.pattern_batch(**bad)
+            course.pattern_batch(**bad)
 
 
 def _runs(precisions=("fp32", "bf16"), **cfg):
     out = {}
     for p in precisions:
         torch.manual_seed(0)
-        m = gl.models.small_cnn(width=8)
-        out[p] = (m, torch.optim.SGD(m.parameters(), lr=0.05), gl.TrainConfig(precision=p, **cfg))
+        m = course.models.small_cnn(width=8)
+        out[p] = (m, torch.optim.SGD(m.parameters(), lr=0.05), course.TrainConfig(precision=p, **cfg))
     return out
 
 
 def test_train_interleaved_records_every_run():
     runs = _runs()
-    res = gl.train_interleaved(runs, lambda s: gl.pattern_batch(16, seed=s), steps=5, warmup_steps=1)
+    res = course.train_interleaved(runs, lambda s: course.pattern_batch(16, seed=s), steps=5, warmup_steps=1)
     assert list(res) == ["fp32", "bf16"]
     for r in res.values():
         assert len(r.losses) == len(r.step_times_s) == 5 and r.items_per_step == 16
@@ -60,26 +61,26 @@ def test_train_interleaved_records_every_run():
 
 def test_train_interleaved_accumulation_matches_plain_training():
     torch.manual_seed(0)
-    a = gl.models.mlp(hidden=32)
-    b = gl.models.mlp(hidden=32)
+    a = course.models.mlp(hidden=32)
+    b = course.models.mlp(hidden=32)
     b.load_state_dict(a.state_dict())
-    runs = {"k=1": (a, torch.optim.SGD(a.parameters(), lr=0.1), gl.TrainConfig()),
-            "k=4": (b, torch.optim.SGD(b.parameters(), lr=0.1), gl.TrainConfig(accumulation_steps=4))}
-    batches = [gl.models.example_batch("mlp", 48, seed=s) for s in range(3)]
-    res = gl.train_interleaved(runs, batches, steps=3, track_memory=False)
+    runs = {"k=1": (a, torch.optim.SGD(a.parameters(), lr=0.1), course.TrainConfig()),
+            "k=4": (b, torch.optim.SGD(b.parameters(), lr=0.1), course.TrainConfig(accumulation_steps=4))}
+    batches = [course.models.example_batch("mlp", 48, seed=s) for s in range(3)]
+    res = course.train_interleaved(runs, batches, steps=3, track_memory=False)
     assert res["k=1"].peak_memory_bytes is None and res["k=1"].warmup_steps == 1
     assert all(torch.allclose(p, q, atol=1e-5) for p, q in zip(a.parameters(), b.parameters()))
 
 
 def test_train_interleaved_bad_input():
     with pytest.raises(TypeError):
-        gl.train_interleaved({}, lambda s: None, steps=1)
+        course.train_interleaved({}, lambda s: None, steps=1)
     with pytest.raises(TypeError, match="TrainConfig"):
-        gl.train_interleaved({"a": (gl.models.mlp(), None, "fp32")}, lambda s: None, steps=1)
+        course.train_interleaved({"a": (course.models.mlp(), None, "fp32")}, lambda s: None, steps=1)
     with pytest.raises(ValueError, match="steps"):
-        gl.train_interleaved(_runs(), lambda s: None, steps=0)
+        course.train_interleaved(_runs(), lambda s: None, steps=0)
     with pytest.raises(ValueError, match="warmup"):
-        gl.train_interleaved(_runs(), lambda s: None, steps=2, warmup_steps=-1)
+        course.train_interleaved(_runs(), lambda s: None, steps=2, warmup_steps=-1)
 
 
 def test_step_memory_on_cuda_uses_the_allocator(monkeypatch):
@@ -98,8 +99,8 @@ def test_step_memory_on_cuda_uses_the_allocator(monkeypatch):
 
 
 def test_compare_runs_table():
-    res = gl.train_interleaved(_runs(), lambda s: gl.pattern_batch(16, seed=s), steps=4)
-    table = gl.compare_runs(res, baseline="fp32", flops_per_step=1e9, peak_flops={"fp32": 2e11, "bf16": 1e11},
+    res = course.train_interleaved(_runs(), lambda s: course.pattern_batch(16, seed=s), steps=4)
+    table = course.compare_runs(res, baseline="fp32", flops_per_step=1e9, peak_flops={"fp32": 2e11, "bf16": 1e11},
                             accuracy={"fp32": 0.5, "bf16": 0.25}, published={"bf16": "amp-pytorch"},
                             title="precision")
     assert table.speedup("fp32") == 1.0
@@ -113,14 +114,14 @@ def test_compare_runs_table():
     axes = table.plot()
     assert len(axes) == 2
     with pytest.raises(ValueError, match="baseline"):
-        gl.compare_runs(res, baseline="fp64")
+        course.compare_runs(res, baseline="fp64")
     with pytest.raises(ValueError, match="unknown label"):
-        gl.compare_runs(res, accuracy={"fp8": 0.1})
+        course.compare_runs(res, accuracy={"fp8": 0.1})
     with pytest.raises(ValueError, match="fraction"):
-        gl.compare_runs(res, accuracy={"fp32": 50})
+        course.compare_runs(res, accuracy={"fp32": 50})
     with pytest.raises(ValueError, match="unknown label"):
-        gl.compare_runs(res, published={"fp8": "amp-pytorch"})
+        course.compare_runs(res, published={"fp8": "amp-pytorch"})
     with pytest.raises(TypeError):
-        gl.compare_runs([1, 2])
+        course.compare_runs([1, 2])
     with pytest.raises(ValueError):
-        gl.compare_runs([])
+        course.compare_runs([])

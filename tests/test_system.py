@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import gpulab as gl
-from gpulab.system import FrameworkInfo, GPUInfo, cuda_hidden_by_env, diagnose
+from gpulab.diagnosis import diagnose
+from gpulab.system import FrameworkInfo, GPUInfo, cuda_hidden_by_env
 
 
 # ---- device choice ---------------------------------------------------------------------------
@@ -31,13 +32,13 @@ def fake_cuda(monkeypatch):
 
 def test_device_prefers_cuda_when_visible(fake_cuda, monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    assert gl.device_kind() == "cuda"
+    assert gl.system.device_kind() == "cuda"
     assert gl.device() == torch.device("cuda", 0)
 
 
 def test_device_honours_empty_cuda_visible_devices(fake_cuda, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    assert gl.device_kind() in ("cpu", "mps")
+    assert gl.system.device_kind() in ("cpu", "mps")
     assert gl.device().type != "cuda"
 
 
@@ -207,13 +208,13 @@ def test_volta_on_a_wheel_without_sm_70_kernels(gpu_info):
     cu130 = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120"]
     info = replace(v100, frameworks=(replace(_torch_fw(v100, arch_list=cu130), version="2.14.1+cu130",
                                              cuda_build="13.0"),))
-    d = next(d for d in gl.diagnose(info) if d.code == "no-kernels-for-gpu")
+    d = next(d for d in gl.diagnosis.diagnose(info) if d.code == "no-kernels-for-gpu")
     assert d.level == "error" and "7.0" in d.message and "cu126" in d.fix
     cu126 = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]
     ok = replace(info, frameworks=(replace(_torch_fw(v100, arch_list=cu126), cuda_build="12.6"),))
-    assert "no-kernels-for-gpu" not in [d.code for d in gl.diagnose(ok)]
+    assert "no-kernels-for-gpu" not in [d.code for d in gl.diagnosis.diagnose(ok)]
     # an L4 (8.9) runs sm_86 cubins; an RTX 5090 (12.0) only through PTX or sm_120
-    from gpulab.system import _has_kernels
+    from gpulab.diagnosis import _has_kernels
     assert _has_kernels(["sm_80", "sm_86"], (8, 9)) and not _has_kernels(["sm_80", "sm_90"], (12, 0))
     assert _has_kernels(["sm_90", "compute_90"], (12, 0)) and _has_kernels(["sm_90a", "sm_100"], (10, 0))
     assert FrameworkInfo  # imported for the fixture's shape
@@ -222,39 +223,39 @@ def test_volta_on_a_wheel_without_sm_70_kernels(gpu_info):
 def test_driver_older_than_a_cuda_13_wheel(gpu_info):
     info = replace(gpu_info, driver_version="550.54.15", cuda_driver_version=12040,
                    frameworks=(replace(gpu_info.framework("torch"), version="2.14.1+cu130", cuda_build="13.0"),))
-    d = next(d for d in gl.diagnose(info) if d.code == "driver-too-old")
+    d = next(d for d in gl.diagnosis.diagnose(info) if d.code == "driver-too-old")
     assert "R580" in d.message and "CUDA 12" in d.fix
 
 
 def test_tf_that_will_grab_the_card(gpu_info):
     tf = replace(gpu_info.framework("tensorflow"), detail={"package": "tensorflow", "memory_growth": False})
     info = replace(gpu_info, frameworks=(gpu_info.framework("torch"), tf))
-    d = next(d for d in gl.diagnose(info) if d.code == "tf-grabs-memory")
+    d = next(d for d in gl.diagnosis.diagnose(info) if d.code == "tf-grabs-memory")
     assert d.level == "warning" and "gl.setup()" in d.fix
     grows = replace(info, frameworks=(gpu_info.framework("torch"), replace(tf, detail={"memory_growth": True})))
-    assert "tf-grabs-memory" not in [d.code for d in gl.diagnose(grows)]
+    assert "tf-grabs-memory" not in [d.code for d in gl.diagnosis.diagnose(grows)]
     grabbed = replace(info, frameworks=(gpu_info.framework("torch"),
                                         replace(tf, detail={"memory_growth": False, "gpus_started": True})))
-    d = next(d for d in gl.diagnose(grabbed) if d.code == "tf-grabbed-memory")
+    d = next(d for d in gl.diagnosis.diagnose(grabbed) if d.code == "tf-grabbed-memory")
     assert d.level == "error" and "Restart the kernel" in d.fix
-    assert "tf-grabs-memory" not in [d.code for d in gl.diagnose(grabbed)]
+    assert "tf-grabs-memory" not in [d.code for d in gl.diagnosis.diagnose(grabbed)]
 
 
 def test_tf32_state_on_ampere_only(gpu_info):
     off = replace(gpu_info, frameworks=(_torch_fw(gpu_info, float32_matmul_precision="highest", cudnn_tf32=True),))
-    d = next(d for d in gl.diagnose(off) if d.code == "tf32")
+    d = next(d for d in gl.diagnosis.diagnose(off) if d.code == "tf32")
     assert "off" in d.message and "set_float32_matmul_precision('high')" in d.fix
     on = replace(gpu_info, frameworks=(_torch_fw(gpu_info, float32_matmul_precision="high", cudnn_tf32=True),))
-    assert "is on" in next(d for d in gl.diagnose(on) if d.code == "tf32").message
+    assert "is on" in next(d for d in gl.diagnosis.diagnose(on) if d.code == "tf32").message
     t4 = replace(off, gpus=(GPUInfo(0, "Tesla T4", "GPU-2", 16 * 2**30, (7, 5)),))
-    assert "tf32" not in [d.code for d in gl.diagnose(t4)]
+    assert "tf32" not in [d.code for d in gl.diagnosis.diagnose(t4)]
 
 
 def test_mixed_gpus_without_a_pinned_order(fake_nvml):
     fake_nvml(machine="mixed")
     info = gl.system_info(frameworks=())
     assert info.gpu_order_ambiguous and len(info.gpus) == 2
-    d = next(d for d in gl.diagnose(info) if d.code == "gpu-order")
+    d = next(d for d in gl.diagnosis.diagnose(info) if d.code == "gpu-order")
     assert d.level == "warning" and "CUDA_DEVICE_ORDER=PCI_BUS_ID" in d.fix
 
 
@@ -289,7 +290,7 @@ def test_both_allocator_variables_are_shown(monkeypatch):
 
 
 def test_setup_on_cuda_makes_tensorflow_allocate_on_demand_once(fake_cuda, monkeypatch):
-    import gpulab.notebook as nb
+    import gpulab.session as nb
 
     monkeypatch.setattr(torch.cuda, "get_device_properties",
                         lambda d: type("P", (), {"name": "Tesla T4", "total_memory": 15 * 2**30})())

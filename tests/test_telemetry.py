@@ -136,9 +136,12 @@ def test_monitor_with_scripted_gpus(scripted):
     assert set(tr.frame.loc[tr.frame.device != "host", "source"]) == {"nvml"}
     assert "H100" in tr.devices_info["gpu0"] and any("MIG" in n for n in tr.notes)
     s = tr.summary()
-    assert s.loc["gpu0", "gpu_util_mean_pct"] == pytest.approx(95)
-    assert s.loc["gpu0", "energy_j"] > 0 and s.loc["gpu0", "throttled_s"] > 0
-    assert pd.isna(s.loc["gpu1", "energy_j"])                    # no counter, no power: unknown
+    assert s.device("gpu0").gpu_util_mean_pct == pytest.approx(95)
+    assert s.device("gpu0").energy_j > 0 and s.device("gpu0").throttled_s > 0
+    assert s.device("gpu1").energy_j is None                     # no counter, no power: unknown
+    df = s.to_dataframe()
+    assert df.loc["gpu0", "gpu_util_mean_pct"] == pytest.approx(95) and pd.isna(df.loc["gpu1", "energy_j"])
+    assert [line.split()[0] for line in repr(s).splitlines()[3:7]] == ["host", "gpu0", "gpu1", "gpu2"]
     v = tr.diagnose()
     assert v.verdict == "healthy" and "throttled" in v.codes and "launch-bound" in v.codes
     fig = tr.plot()
@@ -154,7 +157,7 @@ def test_host_only_cpu_bound_vs_sleeping():
             a @ a
     with gl.Monitor(interval=0.1) as idle:
         time.sleep(1.5)
-    b, i = busy.trace.summary().loc["host"], idle.trace.summary().loc["host"]
+    b, i = busy.trace.summary().device("host"), idle.trace.summary().device("host")
     print(f"busy: CPU {b.cpu_util_mean_pct:.0f}%, process {b.process_cpu_mean_pct:.0f}%; "
           f"sleeping: CPU {i.cpu_util_mean_pct:.0f}%, process {i.process_cpu_mean_pct:.0f}%")
     assert busy.trace.gpus == [] and any("host metrics only" in n for n in busy.trace.notes)
@@ -263,6 +266,74 @@ def test_diagnose_rules(kwargs, verdict, code):
     assert "Verdict" in repr(v) and "<table" in v._repr_html_()
 
 
+# ---- the summary table ---------------------------------------------------------------------------
+def _summary_trace():
+    rows = []
+    for i in range(5):
+        t = i * 0.1
+        rows.append({"t_s": t, "device": "host", "source": "host", "cpu_util_pct": 50.0 + 10 * i,
+                     "process_cpu_pct": 100.0, "rss_bytes": (i + 1) * 2**30})
+        rows.append({"t_s": t, "device": "gpu0", "source": "nvml", "gpu_util_pct": 80.0, "mem_used_bytes": 20 * 2**30,
+                     "mem_total_bytes": 40 * 2**30, "power_w": 300.0, "energy_j": 1000.0 + 30 * i, "temp_c": 60.0 + i,
+                     "throttled": i >= 3, "sm_active_pct": 70.0, "tensor_active_pct": 40.0})
+        rows.append({"t_s": t, "device": "gpu1", "source": "nvml", "gpu_util_pct": 10.0, "mem_used_bytes": 2**30,
+                     "mem_total_bytes": 16 * 2**30, "power_w": None, "energy_j": None, "temp_c": 40.0,
+                     "throttled": False})
+    return Trace(pd.DataFrame(rows), 0.1, duration_s=0.5)
+
+
+# the columns (and their order) Trace.summary() returned as a DataFrame before it returned a TraceSummary
+OLD_SUMMARY_COLUMNS = ["samples", "cpu_util_mean_pct", "cpu_util_p95_pct", "process_cpu_mean_pct", "process_cpu_p95_pct",
+                       "rss_peak_bytes", "gpu_util_mean_pct", "gpu_util_p95_pct", "mem_used_peak_bytes",
+                       "mem_used_peak_pct", "energy_j", "power_mean_w", "temp_max_c", "throttled_s",
+                       "sm_active_mean_pct", "tensor_active_mean_pct"]
+
+
+def test_summary_is_an_aligned_table_with_units():
+    s = _summary_trace().summary()
+    lines = repr(s).splitlines()
+    assert lines[0] == "Telemetry summary" and len(lines) == 7
+    header = ["device", "samples", "util mean %", "util p95 %", "process CPU mean %", "mem peak (GiB)", "mem peak %",
+              "power mean (W)", "energy (J)", "temp max (°C)", "throttled (s)", "SM active %", "tensor active %"]
+    assert [h.strip() for h in lines[1].split("  ") if h.strip()] == header
+    expected = {"host": ["host", "5", "70.0", "88.0", "100.0", "5.00", "N/A", "N/A", "N/A", "N/A", "N/A", "N/A", "N/A"],
+                "gpu0": ["gpu0", "5", "80.0", "80.0", "N/A", "20.00", "50.0", "300", "120", "64", "0.2", "70.0", "40.0"],
+                "gpu1": ["gpu1", "5", "10.0", "10.0", "N/A", "1.00", "6.2", "N/A", "N/A", "40", "0.0", "N/A", "N/A"]}
+    starts = [lines[1].index(h) for h in header]
+    assert set(lines[2]) == {"-", " "}
+    for line in lines[3:6]:
+        cells = [line[a:b].strip() for a, b in zip(starts, starts[1:] + [None])]
+        assert cells == expected[cells[0]], line                 # every value under its header
+    assert "host: util = CPU" in lines[6] and "0.5 s, every 0.1 s" in lines[6]
+    page = s._repr_html_()
+    assert page.startswith("<table") and "<th>power mean (W)</th>" in page and "<td>N/A</td>" in page
+
+
+def test_summary_to_dataframe_is_the_old_frame():
+    s = _summary_trace().summary()
+    df = s.to_dataframe()
+    assert list(df.columns) == OLD_SUMMARY_COLUMNS and list(df.index) == ["host", "gpu0", "gpu1"]
+    assert df.loc["host", "rss_peak_bytes"] == 5 * 2**30 and df.loc["gpu0", "energy_j"] == pytest.approx(120)
+    assert df.loc["gpu0", "throttled_s"] == pytest.approx(0.2) and pd.isna(df.loc["gpu1", "power_mean_w"])
+    assert pd.isna(df.loc["host", "gpu_util_mean_pct"]) and df["samples"].tolist() == [5, 5, 5]
+    gpu1 = s.device("gpu1")
+    assert gpu1.power_mean_w is None and gpu1.mem_used_peak_pct == pytest.approx(100 / 16)
+    with pytest.raises(KeyError, match="gpu0"):
+        s.device("gpu7")
+    with pytest.raises(AttributeError):
+        s.devices = ()
+
+
+def test_summary_of_an_empty_or_host_only_trace():
+    empty = Trace(pd.DataFrame(columns=["t_s", "wall_time", "device", "source"]), 0.1).summary()
+    assert empty.devices == () and empty.to_dataframe().empty and "no samples" in repr(empty)
+    host = fabricate(cpu=40.0).summary()
+    text = repr(host)
+    assert "util mean %" in text and "(W)" not in text and "GPUs:" not in text   # no GPU columns without GPUs
+    assert list(host.to_dataframe().columns) == ["samples", "cpu_util_mean_pct", "cpu_util_p95_pct",
+                                                 "process_cpu_mean_pct", "process_cpu_p95_pct"]
+
+
 # ---- exports and the command line ----------------------------------------------------------------
 def test_csv_and_tensorboard(tmp_path):
     tr = fabricate(gpu_util=80)
@@ -288,3 +359,12 @@ def test_cli_monitor_writes_csv(tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout.count(" host ") >= 3 and "wrote" in out.stdout
     assert len(pd.read_csv(tmp_path / "m.csv")) >= 3
+
+
+def test_throttled_without_reason_masks_is_still_diagnosed():
+    """A trace with a throttled column but no throttle_reasons (an older sampler, a hand-built frame)."""
+    t = fabricate(gpu_util=92, throttled=True)
+    frame = t.frame.drop(columns=["throttle_reasons"])
+    v = Trace(frame, 0.1, duration_s=2.0).diagnose()
+    assert "throttled" in v.codes
+    assert any("reasons: unknown" in f.evidence for f in v.findings if f.code == "throttled")

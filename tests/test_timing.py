@@ -147,7 +147,7 @@ def test_timer_context_manager(monkeypatch):
 
 def test_synchronize_rejects_unknown_device():
     with pytest.raises(ValueError, match="unknown device"):
-        gl.synchronize("tpu")
+        gl.timing.synchronize("tpu")
 
 
 def test_device_inferred_from_a_torch_device_argument():

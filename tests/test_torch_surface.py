@@ -24,13 +24,13 @@ SOURCES = sorted((ROOT / "gpulab").rglob("*.py"))
 ROOTS = ("torch", "torchvision")
 
 # Parameters through which a module is injected (tests pass a fake): the name stands for that module.
-INJECTED = {"gpulab/cuda_memory.py": {"cuda": "torch.cuda"}, "gpulab/profiling.py": {"cuda": "torch.cuda"}}
+INJECTED = {"gpulab/memory/cuda.py": {"cuda": "torch.cuda"}, "gpulab/profiling/nsight.py": {"cuda": "torch.cuda"}}
 
 # Modules that import a third-party package gpulab treats as optional: the chain is checked only when
 # that package is installed.
 NEEDS = {"torch.utils.tensorboard": "tensorboard"}
 
-# Attributes gpulab reads off profiler results by name (getattr with a default, in gpulab/profiling.py):
+# Attributes gpulab reads off profiler results by name (getattr with a default, in gpulab/profiling/):
 # with the default they never fail, so their presence is checked on a real profile below. A name that
 # a release lacks makes gpulab silently report nothing, which is what this catches.
 PROFILER_AVG_ATTRS = ("key", "count", "self_cpu_time_total", "cpu_time_total", "self_cpu_memory_usage",
@@ -42,7 +42,7 @@ PROFILER_DEVICE_ATTRS = ("self_device_time_total", "device_time_total", "self_de
 @dataclass(frozen=True)
 class Use:
     chain: str          # e.g. "torch.cuda.mem_get_info"
-    where: str          # "gpulab/memory.py:49"
+    where: str          # "gpulab/memory/peak.py:49"
     optional: bool      # read through getattr(..., default) / hasattr: guarded by the code itself
 
 
@@ -231,7 +231,7 @@ def test_torchrun_accepts_the_command_lines_gpulab_builds():
     from gpulab.distributed import torchrun_command
 
     cases = [("train.py", dict(nproc=2)),
-             ("gpulab.scripts.ddp_train", dict(nproc=2, log_dir="/tmp/logs", module=True)),
+             ("gpulab.course.scripts.ddp_train", dict(nproc=2, log_dir="/tmp/logs", module=True)),
              ("train.py", dict(nproc=1, nnodes=2, rdzv_endpoint="127.0.0.1:29400", rdzv_id="x",
                                rdzv_conf="is_host=0", log_dir="/tmp/logs"))]
     for target, kw in cases:
@@ -240,7 +240,7 @@ def test_torchrun_accepts_the_command_lines_gpulab_builds():
         ns = get_args_parser().parse_args(cmd[3:])
         assert ns.training_script == target and ns.training_script_args == ["--steps", "5"], (
             f"torch {torch.__version__}'s torchrun does not know an option in "
-            f"{cmd[3:]}: it took {ns.training_script!r} as the script (gpulab/distributed.py torchrun_command)")
+            f"{cmd[3:]}: it took {ns.training_script!r} as the script (gpulab/distributed/torchrun.py torchrun_command)")
 
 
 def _version(v: str) -> tuple[int, ...]:
@@ -264,12 +264,12 @@ def test_profiler_results_have_the_attributes_gpulab_reads():
     assert avgs
     for attr in PROFILER_AVG_ATTRS + PROFILER_DEVICE_ATTRS:
         missing = [a.key for a in avgs if not hasattr(a, attr)]
-        assert not missing, (f"gpulab/profiling.py reads {attr!r} off profiler averages; torch "
+        assert not missing, (f"gpulab/profiling/ reads {attr!r} off profiler averages; torch "
                              f"{torch.__version__} lacks it")
     events = list(prof.events())
     for attr in ("name", "time_range", "device_type", "is_user_annotation"):
         assert all(hasattr(e, attr) for e in events), \
-            f"gpulab/profiling.py reads {attr!r} off profiler events; torch {torch.__version__} lacks it"
+            f"gpulab/profiling/ reads {attr!r} off profiler events; torch {torch.__version__} lacks it"
 
 
 if __name__ == "__main__":  # python tests/test_torch_surface.py: print the surface

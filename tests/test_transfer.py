@@ -15,7 +15,7 @@ import gpulab.transfer as transfer
 
 # ---------------------------------------------------------------------------------------------- CPU, for real
 def test_cpu_transfer_is_a_host_copy_with_payload_bytes():
-    m = gl.measure_transfer(1 << 20, device="cpu", min_run_time=0.02)
+    m = gl.transfer.measure_transfer(1 << 20, device="cpu", min_run_time=0.02)
     assert isinstance(m, gl.Measurement)
     assert m.bytes_moved == 1 << 20 and m.bytes_per_s > 0 and m.runs >= 5
     assert m.label == "host copy 1 MiB" and m.device == "cpu"
@@ -23,15 +23,15 @@ def test_cpu_transfer_is_a_host_copy_with_payload_bytes():
 
 
 def test_cpu_says_what_it_could_not_do():
-    m = gl.measure_transfer(4096, device="cpu", pinned=True, non_blocking=True, until="returned", min_run_time=0.01)
+    m = gl.transfer.measure_transfer(4096, device="cpu", pinned=True, non_blocking=True, until="returned", min_run_time=0.01)
     assert m.label == "host copy 4 KiB (pinned n/a: no CUDA; non_blocking: no effect on CPU) (host wait)"
     assert "until the call returned" in m.description
-    d2h = gl.measure_transfer(4096, device="cpu", direction="d2h", min_run_time=0.01, label="mine")
+    d2h = gl.transfer.measure_transfer(4096, device="cpu", direction="d2h", min_run_time=0.01, label="mine")
     assert d2h.label == "mine"
 
 
 def test_max_runs_bounds_the_loop():
-    m = gl.measure_transfer(64, device="cpu", min_run_time=10.0, min_runs=3, max_runs=7)
+    m = gl.transfer.measure_transfer(64, device="cpu", min_run_time=10.0, min_runs=3, max_runs=7)
     assert m.runs == 7
 
 
@@ -52,7 +52,7 @@ def test_measure_transfer_rejects_bad_input(kwargs, error, match):
     kwargs = {"device": "cpu", **kwargs}
     nbytes = kwargs.pop("nbytes")
     with pytest.raises(error, match=match):
-        gl.measure_transfer(nbytes, **kwargs)
+        gl.transfer.measure_transfer(nbytes, **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------- CUDA, faked
@@ -83,7 +83,7 @@ class _Recorder:
         monkeypatch.setattr(torch, "empty", empty)
         monkeypatch.setattr(torch.Tensor, "copy_", copy_)
         monkeypatch.setattr(transfer, "synchronize", lambda dev: self.events.append(("sync", str(dev))))
-        monkeypatch.setattr(transfer, "environment", lambda dev: gl.environment("cpu"))
+        monkeypatch.setattr(transfer, "environment", lambda dev: gl.timing.environment("cpu"))
         monkeypatch.setattr(transfer, "time", Clock)
 
     def timed(self, warmup: int) -> list[tuple]:
@@ -94,7 +94,7 @@ class _Recorder:
 @pytest.mark.parametrize("pinned", [False, True])
 def test_cuda_h2d_complete_syncs_before_the_clock_stops(monkeypatch, pinned):
     rec = _Recorder(monkeypatch)
-    m = gl.measure_transfer(1 << 20, device="cuda", pinned=pinned, non_blocking=True, warmup=1, min_runs=2,
+    m = gl.transfer.measure_transfer(1 << 20, device="cuda", pinned=pinned, non_blocking=True, warmup=1, min_runs=2,
                             max_runs=2, min_run_time=0.001)
     host, dev = rec.allocs
     assert host == {"device": None, "pin_memory": pinned} and dev["device"] == torch.device("cuda")
@@ -107,7 +107,7 @@ def test_cuda_h2d_complete_syncs_before_the_clock_stops(monkeypatch, pinned):
 
 def test_cuda_returned_stops_the_clock_before_syncing(monkeypatch):
     rec = _Recorder(monkeypatch)
-    m = gl.measure_transfer(4096, device="cuda:0", pinned=True, non_blocking=True, until="returned", warmup=0,
+    m = gl.transfer.measure_transfer(4096, device="cuda:0", pinned=True, non_blocking=True, until="returned", warmup=0,
                             min_runs=1, max_runs=1, min_run_time=0.001)
     assert rec.timed(warmup=0) == [("sync", "cuda:0"), ("clock",), ("copy", True), ("clock",), ("sync", "cuda:0")]
     assert m.label == "H2D 4 KiB pinned non_blocking (host wait)" and "host thread is blocked" in m.description
@@ -115,14 +115,14 @@ def test_cuda_returned_stops_the_clock_before_syncing(monkeypatch):
 
 def test_cuda_d2h_copies_from_the_device_buffer(monkeypatch):
     rec = _Recorder(monkeypatch)
-    m = gl.measure_transfer(4096, device="cuda", direction="d2h", warmup=0, min_runs=1, max_runs=1)
+    m = gl.transfer.measure_transfer(4096, device="cuda", direction="d2h", warmup=0, min_runs=1, max_runs=1)
     assert ("copy", False) in rec.events and m.label == "D2H 4 KiB pageable"
     assert "device to host" in m.description
 
 
 def test_pinned_request_on_mps_is_reported_not_faked(monkeypatch):
     rec = _Recorder(monkeypatch)
-    m = gl.measure_transfer(4096, device="mps", pinned=True, warmup=0, min_runs=1, max_runs=1)
+    m = gl.transfer.measure_transfer(4096, device="mps", pinned=True, warmup=0, min_runs=1, max_runs=1)
     assert rec.allocs[0]["pin_memory"] is False                    # page-locking is a CUDA service
     assert m.label == "H2D 4 KiB pageable (pinned n/a: needs CUDA)"
 
@@ -147,7 +147,7 @@ def test_every_kind_of_sync_is_found_with_its_line():
             float(loss)                                 # value read
         return out
 
-    report = gl.find_host_syncs(loop, torch.randn(8))
+    report = gl.transfer.find_host_syncs(loop, torch.randn(8))
     assert len(report.result) == 2 and report.device == "cpu"
     assert report.by_kind() == {"value read": 4, "copy to host": 6, "data-dependent shape": 6,
                                 "control flow": 2, "print": 2}
@@ -167,14 +167,14 @@ def test_what_is_not_a_sync():
         losses = [(x * i).sum() for i in range(3)]
         return torch.stack(losses), y, z, w
 
-    assert gl.find_host_syncs(quiet, torch.ones(4)).total == 0
+    assert gl.transfer.find_host_syncs(quiet, torch.ones(4)).total == 0
 
 
 def test_device_changes_count_as_blocking_copies():
     def move(x):
         return x.to("meta"), x.to(device="meta"), x.to(torch.empty(1, device="meta"))
 
-    report = gl.find_host_syncs(move, torch.ones(2))
+    report = gl.transfer.find_host_syncs(move, torch.ones(2))
     assert report.by_kind() == {"copy to device": 3}
     assert {p.call for p in report.points} == {".to('meta')"}
 
@@ -188,10 +188,10 @@ def test_classify_device_to_host():
 
 
 def test_report_counts_waits_and_renders():
-    pts = (gl.SyncPoint("value read", ".item()", "cell.py:3", "loss.item()", 10, True),
-           gl.SyncPoint("print", "print / repr / f-string", "cell.py:4", "print(f'<{loss}>')", 10, True),
-           *(gl.SyncPoint("copy to host", ".cpu()", f"cell.py:{i}", "x.cpu()", 1, False) for i in range(10, 16)))
-    r = gl.SyncReport("loop", pts, "cuda:0")
+    pts = (gl.transfer.SyncPoint("value read", ".item()", "cell.py:3", "loss.item()", 10, True),
+           gl.transfer.SyncPoint("print", "print / repr / f-string", "cell.py:4", "print(f'<{loss}>')", 10, True),
+           *(gl.transfer.SyncPoint("copy to host", ".cpu()", f"cell.py:{i}", "x.cpu()", 1, False) for i in range(10, 16)))
+    r = gl.transfer.SyncReport("loop", pts, "cuda:0")
     assert r.total == 26 and r.waits_here == 20
     assert list(r.by_kind()) == ["value read", "print", "copy to host"]
     text = repr(r)
@@ -199,7 +199,7 @@ def test_report_counts_waits_and_renders():
     assert len(text.splitlines()) <= 10 and "2 more" in text
     assert "&lt;" in r._repr_html_() and "<{loss}>" not in r._repr_html_()
     assert list(r.to_dataframe().columns) == ["kind", "call", "where", "code", "count", "waits_here"]
-    empty = gl.SyncReport("f", (), "cpu")
+    empty = gl.transfer.SyncReport("f", (), "cpu")
     assert empty.total == 0 and "Host syncs in f: 0" in repr(empty) and empty.to_dataframe().empty
     with pytest.raises(Exception):
         r.total = 3                                     # frozen
@@ -207,7 +207,7 @@ def test_report_counts_waits_and_renders():
 
 def test_find_host_syncs_needs_a_callable():
     with pytest.raises(TypeError, match="needs a callable"):
-        gl.find_host_syncs(torch.ones(1).item())
+        gl.transfer.find_host_syncs(torch.ones(1).item())
 
 
 def test_doctests():

@@ -5,6 +5,6 @@
 """
 from .diagnose import Finding, Verdict
 from .sampler import Monitor
-from .trace import Mark, Trace
+from .trace import DeviceSummary, Mark, Trace, TraceSummary
 
-__all__ = ["Monitor", "Trace", "Mark", "Verdict", "Finding"]
+__all__ = ["Monitor", "Trace", "TraceSummary", "DeviceSummary", "Mark", "Verdict", "Finding"]

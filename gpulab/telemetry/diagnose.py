@@ -147,7 +147,8 @@ def diagnose(trace: Any) -> Verdict:
             if thr >= THROTTLE_SHARE:
                 from .gpu import throttle_names
 
-                reasons = sorted({n for m in f.get("throttle_reasons", []).dropna() for n in throttle_names(int(m))
+                masks = f["throttle_reasons"].dropna() if "throttle_reasons" in f else ()
+                reasons = sorted({n for m in masks for n in throttle_names(int(m))
                                   if n not in ("gpu_idle", "applications_clocks")})
                 findings.append(Finding("warning", "throttled", f"{g} clocks were slowed {thr:.0%} of the time",
                                         "reasons: " + (", ".join(reasons) or "unknown"),

@@ -1,23 +1,23 @@
 """A recorded :class:`Trace` (a tidy DataFrame: one row per sample and device) and its views:
-``plot()``, ``summary()``, ``diagnose()``, ``to_csv()``, ``to_tensorboard()``.
+``plot()``, ``summary()`` (a :class:`TraceSummary`), ``diagnose()``, ``to_csv()``, ``to_tensorboard()``.
 
 Example:
     >>> import pandas as pd
     >>> from gpulab.telemetry.trace import Trace
     >>> frame = pd.DataFrame({"t_s": [0.0, 0.1], "device": ["host", "host"], "source": ["host", "host"],
     ...                       "cpu_util_pct": [90.0, 95.0]})
-    >>> float(Trace(frame, interval_s=0.1).summary().loc["host", "cpu_util_mean_pct"])
+    >>> Trace(frame, interval_s=0.1).summary().device("host").cpu_util_mean_pct
     92.5
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .._format import fmt_bytes, html_table, text_table
+from .._format import NA, TableView, fmt_bytes, fmt_number, html_table, text_table
 
-__all__ = ["Trace", "Mark"]
+__all__ = ["Trace", "Mark", "TraceSummary", "DeviceSummary"]
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,116 @@ class Mark:
     name: str
     start_s: float
     end_s: float | None = None
+
+
+@dataclass(frozen=True)
+class DeviceSummary:
+    """One device's row of a :class:`TraceSummary`; a metric the device did not report is ``None``.
+
+    The host row fills the CPU fields (``cpu_util_*``: all cores; ``process_cpu_*``: this process, 100 =
+    one core) and ``rss_peak_bytes``; a GPU row fills the others (NVML utilisation is the share of time any
+    kernel ran; memory is used by all processes).
+    """
+
+    device: str
+    samples: int
+    cpu_util_mean_pct: float | None = None
+    cpu_util_p95_pct: float | None = None
+    process_cpu_mean_pct: float | None = None
+    process_cpu_p95_pct: float | None = None
+    rss_peak_bytes: int | None = None
+    gpu_util_mean_pct: float | None = None
+    gpu_util_p95_pct: float | None = None
+    mem_used_peak_bytes: int | None = None
+    mem_used_peak_pct: float | None = None
+    torch_reserved_peak_bytes: int | None = None
+    energy_j: float | None = None
+    power_mean_w: float | None = None
+    temp_max_c: float | None = None
+    throttled_s: float | None = None
+    sm_active_mean_pct: float | None = None
+    tensor_active_mean_pct: float | None = None
+
+    def metrics(self) -> dict[str, Any]:
+        """The reported metrics by name (``samples`` first), missing ones left out."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name != "device" and getattr(self, f.name) is not None}
+
+
+def _pct(x: float | None) -> str:
+    return NA if x is None else f"{x:.1f}"
+
+
+def _gib(n: int | None) -> str:
+    return NA if n is None else f"{n / 2**30:.2f}"
+
+
+# (header, value of a row, formatter); a column is shown when any device has a value
+_SUMMARY_COLUMNS: tuple[tuple[str, Any, Any], ...] = (
+    ("util mean %", lambda d: d.cpu_util_mean_pct if d.device == "host" else d.gpu_util_mean_pct, _pct),
+    ("util p95 %", lambda d: d.cpu_util_p95_pct if d.device == "host" else d.gpu_util_p95_pct, _pct),
+    ("process CPU mean %", lambda d: d.process_cpu_mean_pct, _pct),
+    ("mem peak (GiB)", lambda d: d.rss_peak_bytes if d.device == "host" else d.mem_used_peak_bytes, _gib),
+    ("mem peak %", lambda d: d.mem_used_peak_pct, _pct),
+    ("torch reserved (GiB)", lambda d: d.torch_reserved_peak_bytes, _gib),
+    ("power mean (W)", lambda d: d.power_mean_w, lambda x: NA if x is None else f"{x:.0f}"),
+    ("energy (J)", lambda d: d.energy_j, fmt_number),
+    ("temp max (°C)", lambda d: d.temp_max_c, lambda x: NA if x is None else f"{x:.0f}"),
+    ("throttled (s)", lambda d: d.throttled_s, lambda x: NA if x is None else f"{x:.1f}"),
+    ("SM active %", lambda d: d.sm_active_mean_pct, _pct),
+    ("tensor active %", lambda d: d.tensor_active_mean_pct, _pct),
+)
+
+
+@dataclass(frozen=True, repr=False)
+class TraceSummary(TableView):
+    """Per device of a :class:`Trace`: mean and p95 utilisation, peak memory, power, energy, temperature and
+    time throttled (immutable). ``to_dataframe()`` gives the raw numbers, one row per device.
+
+    Example:
+        >>> import pandas as pd
+        >>> from gpulab.telemetry.trace import Trace
+        >>> frame = pd.DataFrame({"t_s": [0.0, 0.1], "device": ["host"] * 2, "source": ["host"] * 2,
+        ...                       "cpu_util_pct": [90.0, 95.0], "rss_bytes": [2**30, 3 * 2**30]})
+        >>> s = Trace(frame, interval_s=0.1, duration_s=0.2).summary()
+        >>> s
+        Telemetry summary
+        device  samples  util mean %  util p95 %  mem peak (GiB)
+        ------  -------  -----------  ----------  --------------
+        host    2        92.5         94.8        3.00
+        0.2 s, every 0.1 s; host: util = CPU (all cores), mem = this process's RSS
+        >>> s.device("host").rss_peak_bytes == 3 * 2**30, list(s.to_dataframe().columns)[:2]
+        (True, ['samples', 'cpu_util_mean_pct'])
+    """
+
+    devices: tuple[DeviceSummary, ...]
+    interval_s: float
+    duration_s: float
+    title: str = "Telemetry summary"
+
+    def device(self, name: str) -> DeviceSummary:
+        """The row of device ``name`` (``"host"``, ``"gpu0"``, ...)."""
+        for d in self.devices:
+            if d.device == name:
+                return d
+        raise KeyError(f"no device {name!r} in the summary; devices: {[d.device for d in self.devices]}")
+
+    def to_dataframe(self) -> Any:
+        """One row per device (index), one column per metric (units in the names); missing = NaN."""
+        import pandas as pd
+
+        return pd.DataFrame.from_dict({d.device: d.metrics() for d in self.devices}, orient="index")
+
+    def _columns(self) -> tuple[list[str], list[list[str]], str]:
+        shown = [(h, get, fmt) for h, get, fmt in _SUMMARY_COLUMNS if any(get(d) is not None for d in self.devices)]
+        header = ["device", "samples"] + [h for h, _, _ in shown]
+        rows = [[d.device, str(d.samples)] + [fmt(get(d)) for _, get, fmt in shown] for d in self.devices]
+        notes = [f"{self.duration_s:.1f} s, every {self.interval_s:g} s" if self.devices else "no samples"]
+        if any(d.device == "host" for d in self.devices):
+            notes.append("host: util = CPU (all cores), mem = this process's RSS")
+        if any(d.device != "host" for d in self.devices):
+            notes.append("GPUs: util = share of time a kernel ran, mem = used by all processes")
+        return header, rows, "; ".join(notes)
 
 
 @dataclass(frozen=True)
@@ -77,16 +187,16 @@ class Trace:
         return out
 
     # ---- views -------------------------------------------------------------------------------
-    def summary(self) -> Any:
-        """Per device: mean and p95 utilisation, peak memory, energy (J) and time throttled (s)."""
+    def summary(self) -> TraceSummary:
+        """Per device: mean and p95 utilisation, peak memory, energy (J) and time throttled (s), as a
+        :class:`TraceSummary` (``.to_dataframe()`` for pandas)."""
         import numpy as np
-        import pandas as pd
 
-        rows = {}
+        rows = []
         for dev in self.devices:
             f = self.device_frame(dev)
             dt = float(np.median(np.diff(f.index))) if len(f) > 1 else self.interval_s
-            r: dict[str, Any] = {"samples": len(f)}
+            r: dict[str, Any] = {}
             if dev == "host":
                 for col in ("cpu_util_pct", "process_cpu_pct"):
                     if col in f:
@@ -119,8 +229,8 @@ class Trace:
                 for col in ("sm_active_pct", "tensor_active_pct"):
                     if col in f:
                         r[col.replace("_pct", "_mean_pct")] = float(f[col].mean())
-            rows[dev] = r
-        return pd.DataFrame.from_dict(rows, orient="index")
+            rows.append(DeviceSummary(dev, len(f), **r))
+        return TraceSummary(tuple(rows), self.interval_s, self.duration_s)
 
     def diagnose(self) -> Any:
         """A verdict with its evidence (see :mod:`gpulab.telemetry.diagnose`)."""

@@ -7,7 +7,7 @@ The ``cuda`` argument (default ``torch.cuda``) lets tests pass a fake with the s
 
 Example:
     >>> import gpulab as gl
-    >>> r = gl.reconcile_memory()
+    >>> r = gl.memory.reconcile_memory()
     >>> r.available or "CUDA" in r.note
     True
 """
@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ._check import whole
-from ._format import fmt_bytes, html_table, text_table
+from .._check import whole
+from .._format import fmt_bytes, html_table, text_table
 
 __all__ = ["CudaMemoryState", "cuda_memory_state", "nvml_processes", "MemoryReconciliation", "reconcile_memory",
            "MemorySnapshot", "capture_memory_history", "MEMORY_VIZ_URL"]
@@ -77,7 +77,7 @@ def cuda_memory_state(device: Any = None, cuda: Any = None) -> CudaMemoryState |
 
     Example:
         >>> import torch, gpulab as gl
-        >>> gl.cuda_memory_state() is None or gl.cuda_memory_state().total_bytes > 0
+        >>> gl.memory.cuda_memory_state() is None or gl.memory.cuda_memory_state().total_bytes > 0
         True
     """
     cuda = _cuda(cuda)
@@ -102,7 +102,7 @@ def nvml_processes(cuda_index: int = 0) -> list[tuple[int, int | None]] | None:
     (``nvidia-smi``'s process table). None without NVML; a process's bytes are None when NVML cannot
     tell (e.g. Windows WDDM). In containers NVML may report host PIDs that differ from ``os.getpid()``.
     """
-    from .telemetry import nvml
+    from ..telemetry import nvml
 
     vis = nvml.visible_devices()
     if not 0 <= cuda_index < len(vis):
@@ -122,7 +122,7 @@ def nvml_processes(cuda_index: int = 0) -> list[tuple[int, int | None]] | None:
 
 def _nvml_memory(cuda_index: int) -> Any:
     """NVML's memory figures for the CUDA device (a MIG slice's own), or None without NVML."""
-    from .telemetry import nvml
+    from ..telemetry import nvml
 
     return nvml.cuda_memory_info(cuda_index)
 
@@ -241,7 +241,7 @@ def capture_memory_history(fn: Callable[..., Any], *args: Any, path: str | os.Pa
 
     Example:
         >>> import torch, gpulab as gl
-        >>> snap = gl.capture_memory_history(lambda: torch.ones(4))
+        >>> snap = gl.memory.capture_memory_history(lambda: torch.ones(4))
         >>> snap.available == torch.cuda.is_available()
         True
     """

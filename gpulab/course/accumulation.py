@@ -10,12 +10,13 @@
 
 Example:
     >>> import torch, gpulab as gl
+    >>> from gpulab import course
     >>> torch.manual_seed(0) and None
-    >>> model, batch = gl.models.mlp(), gl.models.example_batch("mlp", 50)
-    >>> full = gl.micro_batch_gradients(model, batch, steps=1)
-    >>> gl.compare_gradients(full, gl.micro_batch_gradients(model, batch, micro_batch_size=16)).ok
+    >>> model, batch = course.models.mlp(), course.models.example_batch("mlp", 50)
+    >>> full = course.micro_batch_gradients(model, batch, steps=1)
+    >>> course.compare_gradients(full, course.micro_batch_gradients(model, batch, micro_batch_size=16)).ok
     True
-    >>> gl.compare_gradients(full, gl.micro_batch_gradients(model, batch, micro_batch_size=16, weighting="none")).ok
+    >>> course.compare_gradients(full, course.micro_batch_gradients(model, batch, micro_batch_size=16, weighting="none")).ok
     False
 """
 from __future__ import annotations
@@ -25,7 +26,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Sequence
 
-from ._format import html_table, text_table
+from .._format import html_table, text_table
 
 __all__ = ["micro_batch_gradients", "GradientCheck", "compare_gradients", "checkpointed"]
 
@@ -57,7 +58,8 @@ def micro_batch_gradients(model: Any, batch: tuple[Any, Any], *, steps: int | No
 
     Example:
         >>> import gpulab as gl
-        >>> model, batch = gl.models.mlp(hidden=32), gl.models.example_batch("mlp", 10)
+        >>> from gpulab import course
+        >>> model, batch = course.models.mlp(hidden=32), course.models.example_batch("mlp", 10)
         >>> grads = micro_batch_gradients(model, batch, micro_batch_size=4)     # 4 + 4 + 2 items
         >>> len(grads) == len(list(model.parameters()))
         True
@@ -244,8 +246,9 @@ def checkpointed(model: Any, segments: int | None = None) -> Any:
 
     Example:
         >>> import torch, gpulab as gl
-        >>> model = gl.models.mlp(layers=4)
-        >>> ckpt = gl.checkpointed(model, segments=3)
+        >>> from gpulab import course
+        >>> model = course.models.mlp(layers=4)
+        >>> ckpt = course.checkpointed(model, segments=3)
         >>> x = torch.randn(2, 1, 28, 28)
         >>> torch.allclose(ckpt(x), model(x)) and len(ckpt) == 3
         True
@@ -253,7 +256,7 @@ def checkpointed(model: Any, segments: int | None = None) -> Any:
     from torch import nn
 
     if not isinstance(model, nn.Sequential):
-        raise TypeError(f"checkpointed needs an nn.Sequential (e.g. gl.models.mlp() or small_cnn()), "
+        raise TypeError(f"checkpointed needs an nn.Sequential (e.g. course.models.mlp() or small_cnn()), "
                         f"got {type(model).__name__}; for other models call torch.utils.checkpoint.checkpoint "
                         "inside their forward")
     layers = list(model.children())

@@ -6,10 +6,11 @@ gradient accumulation over micro-batches, channels_last, and torch.compile are s
 
 Example:
     >>> import torch, gpulab as gl
-    >>> model = gl.models.mlp()
+    >>> from gpulab import course
+    >>> model = course.models.mlp()
     >>> opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    >>> batch = gl.models.example_batch("mlp", 64)
-    >>> result = gl.train(model, opt, lambda step: batch, steps=3, config=gl.TrainConfig(progress=False))
+    >>> batch = course.models.example_batch("mlp", 64)
+    >>> result = course.train(model, opt, lambda step: batch, steps=3, config=course.TrainConfig(progress=False))
     >>> len(result.losses)
     3
 """
@@ -20,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Literal
 
-from ._format import fmt_bytes, fmt_number, fmt_seconds, html_table, text_table
+from .._format import fmt_bytes, fmt_number, fmt_seconds, html_table, text_table
 
 __all__ = ["TrainConfig", "train_step", "train", "TrainResult", "accumulated_gradients", "evaluate"]
 
@@ -204,9 +205,9 @@ def train(model: Any, optimizer: Any, batches: Callable[[int], tuple[Any, Any]] 
     """
     import torch
 
-    from .memory import MemoryTracker
-    from .system import device as pick_device
-    from .timing import synchronize
+    from ..memory.peak import MemoryTracker
+    from ..system import device as pick_device
+    from ..timing import synchronize
 
     if not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be a positive whole number, got {steps!r}")

@@ -1,4 +1,4 @@
-"""Notebook set-up: one call at the top of every lesson.
+"""Set-up for a notebook: one call at the top (device banner, seeds, quiet logs, TensorFlow sharing the GPU).
 
 Example:
     >>> import gpulab as gl
@@ -13,14 +13,13 @@ import random
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from ._tf import QUIET_ENV
 from .system import device_kind
 
-__all__ = ["Session", "setup", "by_device", "check", "Check", "QUIET_ENV"]
+__all__ = ["Session", "setup", "by_device", "QUIET_ENV"]
 
 T = TypeVar("T")
 
-# Log levels that keep TensorFlow and the PyTorch profiler (kineto: 6 = above ERROR and USDT) quiet; set only if unset.
-QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "3", "TF_ENABLE_ONEDNN_OPTS": "0", "KINETO_LOG_LEVEL": "6"}
 
 
 @dataclass(frozen=True)
@@ -135,48 +134,3 @@ def by_device(cpu: T, cuda: T, mps: T | None = None) -> T:
     if kind == "mps":
         return cpu if mps is None else mps
     return cpu
-
-
-@dataclass(frozen=True)
-class Check:
-    """A passed self-check (a failed one raises ``AssertionError`` with a hint)."""
-
-    name: str
-    message: str
-
-    def __repr__(self) -> str:
-        return f"[ok] {self.name}: {self.message}"
-
-    def _repr_html_(self) -> str:
-        return f'<div style="color:#1b7a2b"><b>&#10003; {self.name}</b>: {self.message}</div>'
-
-
-def _close(got: Any, expected: Any, rtol: float) -> bool:
-    import math
-
-    if isinstance(expected, bool) or isinstance(got, bool) or isinstance(expected, str):
-        return got == expected
-    if isinstance(expected, (int, float)):
-        return isinstance(got, (int, float)) and math.isclose(float(got), float(expected), rel_tol=rtol,
-                                                              abs_tol=1e-12)
-    if isinstance(expected, (list, tuple)):
-        return isinstance(got, (list, tuple)) and len(got) == len(expected) and \
-            all(_close(g, e, rtol) for g, e in zip(got, expected))
-    return got == expected
-
-
-def check(name: str, got: Any, expected: Any, *, rtol: float = 0.02, hint: str = "") -> Check:
-    """Self-check for an exercise: passes quietly with a tick, or raises ``AssertionError`` saying
-    what was expected and how to get there. ``rtol`` is the relative tolerance for numbers.
-
-    Example:
-        >>> check("two plus two", 2 + 2, 4)
-        [ok] two plus two: 4 is right
-    """
-    if got is None:
-        raise AssertionError(f"{name}: no answer yet - fill in the exercise cell above. {hint}".strip())
-    if not _close(got, expected, rtol):
-        raise AssertionError(f"{name}: got {got!r}, expected {expected!r}"
-                             + (f" (within {rtol:.0%})" if isinstance(expected, float) else "")
-                             + (f". Hint: {hint}" if hint else ""))
-    return Check(name, f"{got!r} is right")

@@ -5,8 +5,9 @@ timed. Every model takes ``(inputs)`` and returns class logits.
 
 Example:
     >>> import gpulab as gl
-    >>> model = gl.models.small_cnn()
-    >>> x, y = gl.models.example_batch("small_cnn", 8)
+    >>> from gpulab import course
+    >>> model = course.models.small_cnn()
+    >>> x, y = course.models.example_batch("small_cnn", 8)
     >>> model(x).shape
     torch.Size([8, 10])
 """

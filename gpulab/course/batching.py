@@ -8,12 +8,13 @@ accuracy, so scaling rules are checked, not assumed.
 
 Example:
     >>> import torch, gpulab as gl
+    >>> from gpulab import course
     >>> layer = torch.nn.Linear(64, 64)
     >>> xs = {n: torch.randn(n, 64) for n in (1, 16)}
-    >>> sweep = gl.batch_sweep(lambda n: layer(xs[n]), [1, 16], min_run_time=0.05, memory=False)
+    >>> sweep = course.batch_sweep(lambda n: layer(xs[n]), [1, 16], min_run_time=0.05, memory=False)
     >>> sweep.batch_sizes
     (1, 16)
-    >>> gl.scale_lr(0.1, base_batch=256, batch=8192)
+    >>> course.scale_lr(0.1, base_batch=256, batch=8192)
     3.2
 """
 from __future__ import annotations
@@ -24,9 +25,9 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Callable, Literal, Sequence
 
-from ._format import fmt_bytes, fmt_number, fmt_seconds, html_table, text_table
-from ._check import positive, whole
-from .timing import Measurement
+from .._format import fmt_bytes, fmt_number, fmt_seconds, html_table, text_table
+from .._check import positive, whole
+from ..timing import Measurement
 
 __all__ = ["batch_sweep", "BatchSweep", "scale_lr", "warmup_factor", "train_at_batch_size", "BatchRun"]
 
@@ -43,8 +44,9 @@ class BatchSweep:
 
     Example:
         >>> import torch, gpulab as gl
+        >>> from gpulab import course
         >>> xs = {n: torch.randn(n, 8) for n in (1, 4)}
-        >>> s = gl.batch_sweep(lambda n: xs[n] * 2, [1, 4], min_run_time=0.02, memory=False)
+        >>> s = course.batch_sweep(lambda n: xs[n] * 2, [1, 4], min_run_time=0.02, memory=False)
         >>> s.knee in s.batch_sizes and s.best in s.batch_sizes
         True
     """
@@ -142,7 +144,7 @@ class BatchSweep:
     _HEADER = ("batch", "step", "items/s", "% of best", "% of peak FLOP/s", "step memory")
 
     def _caption(self) -> str:
-        from .interleaved import BUSY_PCT
+        from ..interleaved import BUSY_PCT
 
         busy = (f". BUSY MACHINE: other programs used {self.others_cpu_pct:.0f}% of the CPU while timing; "
                 "re-run when it is quiet" if self.others_cpu_pct is not None and self.others_cpu_pct > BUSY_PCT else "")
@@ -221,9 +223,10 @@ def batch_sweep(step: Callable[[int], Any], batch_sizes: Sequence[int], *, flops
 
     Example:
         >>> import torch, gpulab as gl
+        >>> from gpulab import course
         >>> layer = torch.nn.Linear(256, 256)
         >>> xs = {n: torch.randn(n, 256) for n in (1, 64)}
-        >>> s = gl.batch_sweep(lambda n: layer(xs[n]), [1, 64], min_run_time=0.1)
+        >>> s = course.batch_sweep(lambda n: layer(xs[n]), [1, 64], min_run_time=0.1)
         >>> s.items_per_s(64) > s.items_per_s(1) and s.measurement(64).peak_memory_bytes >= 64 * 256 * 4
         True
     """
@@ -238,8 +241,8 @@ def batch_sweep(step: Callable[[int], Any], batch_sizes: Sequence[int], *, flops
         positive("flops_per_item", flops_per_item)
     if peak_flops is not None:
         positive("peak_flops", peak_flops)
-    from .interleaved import benchmark_interleaved, cpu_contention
-    from .memory import peak_memory
+    from ..interleaved import benchmark_interleaved, cpu_contention
+    from ..memory.peak import peak_memory
 
     sizes = sorted(sizes)
     label = {bs: f"batch {bs}" for bs in sizes}
@@ -357,8 +360,9 @@ def train_at_batch_size(make_model: Callable[[], Any], data: tuple[Any, Any], ba
 
     Example:
         >>> import gpulab as gl
-        >>> data = gl.models.example_batch("mlp", 256)
-        >>> run = gl.train_at_batch_size(gl.models.mlp, data, batch_size=32, lr=0.05, epochs=2)
+        >>> from gpulab import course
+        >>> data = course.models.example_batch("mlp", 256)
+        >>> run = course.train_at_batch_size(course.models.mlp, data, batch_size=32, lr=0.05, epochs=2)
         >>> run.steps, 0.0 <= run.accuracy <= 1.0
         (16, True)
     """
@@ -375,8 +379,8 @@ def train_at_batch_size(make_model: Callable[[], Any], data: tuple[Any, Any], ba
         raise ValueError(f"momentum must be within [0, 1), got {momentum!r}")
     import torch
 
-    from .timing import synchronize
-    from .train import evaluate, train_step
+    from ..timing import synchronize
+    from .training import evaluate, train_step
 
     x, y = data
     n = int(x.shape[0])

@@ -5,7 +5,7 @@ and recovering without restarting the kernel.
 Example:
     >>> import torch, gpulab as gl
     >>> kept = []
-    >>> g = gl.memory_growth(lambda: kept.append(torch.ones(1024)), steps=4)
+    >>> g = gl.memory.memory_growth(lambda: kept.append(torch.ones(1024)), steps=4)
     >>> g.leaks, g.growth_per_step_bytes
     (True, 4096)
 """
@@ -17,8 +17,8 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from ._check import whole
-from ._format import fmt_bytes, html_table, text_table
+from .._check import whole
+from .._format import fmt_bytes, html_table, text_table
 
 __all__ = ["MemoryGrowth", "memory_growth", "GraphHolder", "graph_holders", "Recovery", "recover_memory",
            "LEAK_BYTES_PER_STEP"]
@@ -81,7 +81,7 @@ def memory_growth(step: Callable[[], Any], steps: int = 5, device: Any = None, l
 
     Example:
         >>> import torch, gpulab as gl
-        >>> gl.memory_growth(lambda: torch.ones(1024).sum(), steps=3).leaks
+        >>> gl.memory.memory_growth(lambda: torch.ones(1024).sum(), steps=3).leaks
         False
     """
     if not callable(step):
@@ -89,10 +89,10 @@ def memory_growth(step: Callable[[], Any], steps: int = 5, device: Any = None, l
     whole("steps", steps, low=2)
     import torch
 
-    from .memory import MemoryTracker, _is_cuda
+    from .peak import MemoryTracker, _is_cuda
 
     if device is None:
-        from .system import device_kind
+        from ..system import device_kind
 
         device = "cuda" if device_kind() == "cuda" else "cpu"
     live: list[int] = []
@@ -135,7 +135,7 @@ def graph_holders(min_tensors: int = 2) -> list[GraphHolder]:
         >>> import torch, gpulab as gl
         >>> w = torch.ones(3, requires_grad=True)
         >>> losses = [(w * 2).sum() for _ in range(3)]
-        >>> any(h.graph_tensors >= 3 for h in gl.graph_holders())
+        >>> any(h.graph_tensors >= 3 for h in gl.memory.graph_holders())
         True
     """
     whole("min_tensors", min_tensors)
@@ -204,7 +204,7 @@ def recover_memory(namespace: dict[str, Any] | None = None, names: Sequence[str]
                    clear_exception: bool = True, clear_outputs: bool = True) -> Recovery:
     """Free memory that a notebook keeps alive, without restarting the kernel:
 
-    - delete ``names`` from ``namespace`` (e.g. ``gl.recover_memory(globals(), ["out", "losses"])``);
+    - delete ``names`` from ``namespace`` (e.g. ``gl.memory.recover_memory(globals(), ["out", "losses"])``);
     - forget the last exception (``sys.last_value`` / ``sys.last_traceback``, which IPython keeps for
       ``%debug``): its traceback holds every frame of the failed step, and their tensors;
     - clear IPython's output history (``Out``, ``_``, ``__``, ``___``), which keeps every displayed result;
@@ -213,14 +213,14 @@ def recover_memory(namespace: dict[str, Any] | None = None, names: Sequence[str]
     Example:
         >>> import gpulab as gl
         >>> ns = {"big": bytearray(10)}
-        >>> r = gl.recover_memory(ns, ["big"])
+        >>> r = gl.memory.recover_memory(ns, ["big"])
         >>> "big" in ns
         False
     """
     if isinstance(names, str):
         raise TypeError("names must be a list of variable names, e.g. ['out', 'losses'], not one string")
     if names and namespace is None:
-        raise ValueError("pass the namespace holding the names, e.g. gl.recover_memory(globals(), ['out'])")
+        raise ValueError("pass the namespace holding the names, e.g. gl.memory.recover_memory(globals(), ['out'])")
     torch = sys.modules.get("torch")
     cuda = torch is not None and torch.cuda.is_available()
     before = int(torch.cuda.memory_allocated()) if cuda else None
@@ -246,7 +246,7 @@ def recover_memory(namespace: dict[str, Any] | None = None, names: Sequence[str]
             n_out = len(ip.user_ns.get("Out", {}))
             ip.displayhook.flush()
             actions.append(f"cleared IPython output history ({n_out} results)")
-    from .memory import free_memory
+    from .peak import free_memory
 
     free_memory()
     actions.append("collected garbage" + (" and emptied the CUDA cache" if cuda else ""))

@@ -1,15 +1,15 @@
 """Data-parallel training with DistributedDataParallel (DDP): every rank runs this file, one process per device.
 
-    python -m torch.distributed.run --standalone --nproc-per-node 2 -m gpulab.scripts.ddp_train --steps 10
+    python -m torch.distributed.run --standalone --nproc-per-node 2 -m gpulab.course.scripts.ddp_train --steps 10
 
-or, from a notebook, ``gl.launch("gpulab.scripts.ddp_train", "--steps", "10", nproc=2)``. Each rank
+or, from a notebook, ``gl.launch("gpulab.course.scripts.ddp_train", "--steps", "10", nproc=2)``. Each rank
 
 1. joins the job with :func:`gpulab.distributed.init_worker` (gloo on CPU, NCCL with one GPU per rank);
 2. self-checks (``--checks``): after one DDP step its weights equal those of one process stepping on the whole
    batch; ``DistributedSampler`` gave it items no other rank has; accumulating micro-batches under
    ``no_sync()`` gives the same weights as all-reducing after every micro-batch, with 1/k of the all-reduces;
 3. measures one process alone (``--baseline``): rank 0 trains a plain copy of the model while the others wait;
-4. measures DDP (``--steps``): every rank trains on its own shard with :func:`gpulab.train`, gradients
+4. measures DDP (``--steps``): every rank trains on its own shard with :func:`course.train`, gradients
    all-reduced during backward;
 5. times an all-reduce as large as the gradients (the communication each step pays);
 
@@ -27,13 +27,14 @@ import time
 from typing import Any, Iterator, Sequence
 
 import gpulab as gl
+from gpulab import course
 from gpulab.distributed import WorkerInfo, init_worker, report, shard_indices
 
 __all__ = ["parse_args", "params_digest", "max_abs_diff", "self_checks", "baseline_alone",
            "ddp_throughput", "allreduce_timing", "main"]
 
 CHECK_MODEL = "mlp"  # no BatchNorm: BatchNorm normalises each rank's shard by its own statistics (see lesson 05)
-TIMED_MODELS = ("small_cnn", "resnet_small")   # 32x32 image models, trained on gl.pattern_batch (a learnable task)
+TIMED_MODELS = ("small_cnn", "resnet_small")   # 32x32 image models, trained on course.pattern_batch (a learnable task)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -96,26 +97,26 @@ def self_checks(info: WorkerInfo, args: argparse.Namespace) -> dict[str, Any]:
 
     dev, world = info.device, info.world_size
     n = args.batch * world                                   # one global batch, identical on every rank (seeded)
-    x, y = gl.models.example_batch(CHECK_MODEL, n, seed=args.seed)
+    x, y = course.models.example_batch(CHECK_MODEL, n, seed=args.seed)
     shards = shard_indices(n, world, seed=args.seed)
     mine = torch.tensor(shards[info.rank])
     x_mine, y_mine = x[mine].to(dev), y[mine].to(dev)
     torch.manual_seed(args.seed)
-    base = gl.models.mlp(hidden=128)
-    cfg = gl.TrainConfig(progress=False)
+    base = course.models.mlp(hidden=128)
+    cfg = course.TrainConfig(progress=False)
 
     model = _ddp(copy.deepcopy(base), info)                  # DDP: my shard, gradients averaged over ranks
-    gl.train_step(model, torch.optim.SGD(model.parameters(), lr=args.lr), (x_mine, y_mine), cfg)
+    course.train_step(model, torch.optim.SGD(model.parameters(), lr=args.lr), (x_mine, y_mine), cfg)
     reference = copy.deepcopy(base).to(dev)                  # one process, the whole batch
-    gl.train_step(reference, torch.optim.SGD(reference.parameters(), lr=args.lr), (x.to(dev), y.to(dev)), cfg)
+    course.train_step(reference, torch.optim.SGD(reference.parameters(), lr=args.lr), (x.to(dev), y.to(dev)), cfg)
 
     accumulated = {}
     for label, no_sync in (("no_sync", True), ("sync_every", False)):
         m = _ddp(copy.deepcopy(base), info)
         count = {"calls": 0, "bytes": 0}
         m.register_comm_hook(count, _counting_hook)
-        acc = gl.TrainConfig(accumulation_steps=args.accumulation, ddp_no_sync=no_sync, progress=False)
-        gl.train_step(m, torch.optim.SGD(m.parameters(), lr=args.lr), (x_mine, y_mine), acc)
+        acc = course.TrainConfig(accumulation_steps=args.accumulation, ddp_no_sync=no_sync, progress=False)
+        course.train_step(m, torch.optim.SGD(m.parameters(), lr=args.lr), (x_mine, y_mine), acc)
         accumulated[label] = (m.module, count)
     (quiet, quiet_count), (chatty, chatty_count) = accumulated["no_sync"], accumulated["sync_every"]
     return {
@@ -143,7 +144,7 @@ def baseline_alone(info: WorkerInfo, args: argparse.Namespace) -> dict[str, Any]
 
     out: dict[str, Any] = {}
     if info.rank == 0:
-        pool = [gl.pattern_batch(args.batch, seed=args.seed + i) for i in range(4)]
+        pool = [course.pattern_batch(args.batch, seed=args.seed + i) for i in range(4)]
         variants = [("alone", torch.get_num_threads())]
         if info.device.type == "cpu":
             variants.append(("alone_all_cores", len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
@@ -152,10 +153,10 @@ def baseline_alone(info: WorkerInfo, args: argparse.Namespace) -> dict[str, Any]
         for name, threads in variants:
             torch.set_num_threads(threads)
             torch.manual_seed(args.seed)
-            model = gl.models.MODELS[args.model][0]().to(info.device)
-            r = gl.train(model, torch.optim.SGD(model.parameters(), lr=args.lr), lambda s: pool[s % len(pool)],
+            model = course.models.MODELS[args.model][0]().to(info.device)
+            r = course.train(model, torch.optim.SGD(model.parameters(), lr=args.lr), lambda s: pool[s % len(pool)],
                          steps=args.warmup + max(args.steps, 1), warmup_steps=args.warmup,
-                         config=gl.TrainConfig(progress=False), label=name, track_memory=False)
+                         config=course.TrainConfig(progress=False), label=name, track_memory=False)
             out.update({f"{name}_items_per_s": r.items_per_s, f"{name}_median_step_s": r.median_step_s,
                         f"{name}_threads": threads, f"{name}_step_times_s": list(r.step_times_s)})
         torch.set_num_threads(before)
@@ -171,8 +172,8 @@ def ddp_throughput(info: WorkerInfo, args: argparse.Namespace) -> dict[str, Any]
     from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
     torch.manual_seed(args.seed)
-    model = _ddp(gl.models.MODELS[args.model][0](), info)
-    x, y = gl.pattern_batch(args.batch * info.world_size * 4, seed=args.seed)
+    model = _ddp(course.models.MODELS[args.model][0](), info)
+    x, y = course.pattern_batch(args.batch * info.world_size * 4, seed=args.seed)
     dataset = TensorDataset(x, y)
     sampler = DistributedSampler(dataset, seed=args.seed)    # rank and world size from the process group
     loader = DataLoader(dataset, batch_size=args.batch, sampler=sampler, drop_last=True)
@@ -185,8 +186,8 @@ def ddp_throughput(info: WorkerInfo, args: argparse.Namespace) -> dict[str, Any]
             epoch += 1
 
     stream = epochs()
-    r = gl.train(model, torch.optim.SGD(model.parameters(), lr=args.lr), lambda s: next(stream),
-                 steps=args.warmup + args.steps, warmup_steps=args.warmup, config=gl.TrainConfig(progress=False),
+    r = course.train(model, torch.optim.SGD(model.parameters(), lr=args.lr), lambda s: next(stream),
+                 steps=args.warmup + args.steps, warmup_steps=args.warmup, config=course.TrainConfig(progress=False),
                  label="DDP", track_memory=False)
     slowest = torch.tensor([r.median_step_s], dtype=torch.float64, device=info.device)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
@@ -208,10 +209,10 @@ def allreduce_timing(info: WorkerInfo, nbytes: int, reps: int = 5) -> dict[str, 
     times = []
     for _ in range(reps):
         gl.distributed.barrier(info)
-        gl.synchronize(info.device)
+        gl.timing.synchronize(info.device)
         t0 = time.perf_counter()
         dist.all_reduce(buf)
-        gl.synchronize(info.device)
+        gl.timing.synchronize(info.device)
         times.append(time.perf_counter() - t0)
     med = statistics.median(times)
     n = info.world_size

@@ -10,10 +10,11 @@ tensors with graphs, deleting references, ``expandable_segments``, a smaller mod
 
 Example:
     >>> import torch, gpulab as gl
-    >>> m = gl.models.mlp(); opt = torch.optim.Adam(m.parameters()); batch = gl.models.example_batch("mlp", 512)
+    >>> from gpulab import course
+    >>> m = course.models.mlp(); opt = torch.optim.Adam(m.parameters()); batch = course.models.example_batch("mlp", 512)
     >>> try:
     ...     with gl.memory_budget(8 * gl.MiB):
-    ...         gl.train_step(m, opt, batch)
+    ...         course.train_step(m, opt, batch)
     ... except torch.OutOfMemoryError as e:
     ...     report = gl.explain_oom(e, model=m, optimizer=opt, batch=batch)
     >>> report.value("parameters") == sum(p.numel() for p in m.parameters()) * 4
@@ -23,100 +24,15 @@ Example:
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 import math
-import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Mapping
 
-from ._format import fmt_bytes, html_table, text_table
+from .._format import fmt_bytes, html_table, text_table
+from .oom_message import OPTIMIZER_STATES_PER_PARAMETER, OOMMessage, parse_oom_message
 
-__all__ = ["OOMMessage", "parse_oom_message", "Fix", "OOMReport", "explain_oom", "Card", "smaller_card", "FixTrial",
-           "FixLadder", "try_fixes", "OPTIMIZER_STATES_PER_PARAMETER"]
-
-_UNITS = {"B": 1, "bytes": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "KB": 10**3, "MB": 10**6,
-          "GB": 10**9}
-_SIZE = r"([\d.]+)\s*(B|bytes|KiB|MiB|GiB|TiB|KB|MB|GB)"
-
-# Tensors of optimizer state per parameter tensor, by optimizer class (for a step not taken yet).
-OPTIMIZER_STATES_PER_PARAMETER = {"SGD": 0, "SGD+momentum": 1, "Adam": 2, "AdamW": 2, "Adam+amsgrad": 3,
-                                  "RMSprop": 1, "Adagrad": 1, "Adamax": 2, "NAdam": 2, "RAdam": 2}
-
-
-def _bytes(num: str, unit: str) -> int:
-    return int(round(float(num) * _UNITS[unit]))
-
-
-@dataclass(frozen=True)
-class OOMMessage:
-    """What an out-of-memory message says (fields missing from the message are None)."""
-
-    text: str
-    requested_bytes: int | None = None
-    capacity_bytes: int | None = None
-    free_bytes: int | None = None
-    gpu_index: int | None = None
-    process_bytes: int | None = None             # "Including non-PyTorch memory, this process has ..."
-    other_processes: tuple[tuple[int, int], ...] = ()   # "Process 123 has ... memory in use"
-    allocated_bytes: int | None = None           # "... is allocated by PyTorch"
-    reserved_unallocated_bytes: int | None = None   # "... is reserved by PyTorch but unallocated"
-    simulated: bool = False                      # raised by gl.memory_budget
-
-    @property
-    def reserved_bytes(self) -> int | None:
-        if self.allocated_bytes is None or self.reserved_unallocated_bytes is None:
-            return None
-        return self.allocated_bytes + self.reserved_unallocated_bytes
-
-
-def parse_oom_message(text: str) -> OOMMessage | None:
-    """Parse PyTorch's CUDA out-of-memory message (current and pre-2.0 wording) or gpulab's simulated
-    one; None when ``text`` is not an out-of-memory message.
-
-    Example:
-        >>> m = parse_oom_message("CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of "
-        ...     "14.75 GiB of which 3.06 MiB is free. Process 42 has 1.00 GiB memory in use. Including non-PyTorch "
-        ...     "memory, this process has 13.74 GiB memory in use. Of the allocated memory 13.40 GiB is allocated "
-        ...     "by PyTorch, and 200.00 MiB is reserved by PyTorch but unallocated.")
-        >>> m.requested_bytes == 20 * 2**20, m.other_processes, m.reserved_unallocated_bytes == 200 * 2**20
-        (True, ((42, 1073741824),), True)
-    """
-    if not isinstance(text, str):
-        raise TypeError(f"parse_oom_message needs the error text, got {type(text).__name__}")
-    if "out of memory" not in text.lower():
-        return None
-    get = lambda pat: re.search(pat, text, re.IGNORECASE)  # noqa: E731
-    kw: dict[str, Any] = {"text": text, "simulated": "gpulab.memory_budget" in text}
-    if m := get(r"Tried to allocate " + _SIZE):
-        kw["requested_bytes"] = _bytes(*m.groups())
-    elif m := get(r"Requested size: " + _SIZE):          # the per-process-memory-fraction wording
-        kw["requested_bytes"] = _bytes(*m.groups())
-    elif m := get(r"Requested size: (\d+)"):
-        kw["requested_bytes"] = int(m.group(1))
-    if m := get(r"(?:GPU (\d+) )?has a total capac\w* of " + _SIZE + r" of which " + _SIZE + r" is free"):
-        kw["gpu_index"] = int(m.group(1)) if m.group(1) else None
-        kw["capacity_bytes"] = _bytes(m.group(2), m.group(3))
-        kw["free_bytes"] = _bytes(m.group(4), m.group(5))
-    if m := get(r"this process has " + _SIZE + r" memory in use"):
-        kw["process_bytes"] = _bytes(*m.groups())
-    kw["other_processes"] = tuple((int(p), _bytes(n, u)) for p, n, u in
-                                  re.findall(r"Process (\d+) has " + _SIZE + r" memory in use", text))
-    if m := get(r"Of the allocated memory " + _SIZE + r" is allocated by PyTorch"):
-        kw["allocated_bytes"] = _bytes(*m.groups())
-    if m := get(r"and " + _SIZE + r" is reserved by PyTorch but unallocated"):
-        kw["reserved_unallocated_bytes"] = _bytes(*m.groups())
-    # PyTorch < 2.0: "(GPU 0; 7.93 GiB total capacity; 130.35 MiB already allocated; 47.06 MiB free;
-    #                 188.00 MiB reserved in total by PyTorch)"
-    if m := get(r"\(GPU (\d+); " + _SIZE + r" total capacity; " + _SIZE + r" already allocated; " + _SIZE
-                + r" free; (?:" + _SIZE + r" allowed; )?" + _SIZE + r" reserved in total by PyTorch"):
-        g = m.groups()
-        kw.update(gpu_index=int(g[0]), capacity_bytes=_bytes(g[1], g[2]), allocated_bytes=_bytes(g[3], g[4]),
-                  free_bytes=_bytes(g[5], g[6]))
-        if g[7] is not None:           # a per-process memory fraction was set: that is the usable capacity
-            kw["capacity_bytes"] = _bytes(g[7], g[8])
-        kw["reserved_unallocated_bytes"] = _bytes(g[9], g[10]) - kw["allocated_bytes"]
-    return OOMMessage(**kw)
+__all__ = ['Fix', 'OOMReport', 'explain_oom']
 
 
 # ----------------------------------------------------------------------------------------------
@@ -211,7 +127,7 @@ class OOMReport:
 
 # ----------------------------------------------------------------------------------------------
 def _tensor_bytes(ts: Any) -> int:
-    from .memory import _tensor_bytes as tb
+    from .accounting import _tensor_bytes as tb
 
     return tb(ts)
 
@@ -244,7 +160,7 @@ def _fake_breakdown(model: Any, optimizer: Any, batch: Any, loss_fn: Any, autoca
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from .memory import breakdown
+    from .accounting import breakdown
 
     def fake_like(t: Any) -> Any:
         return torch.empty(t.shape, dtype=t.dtype, device="cpu")
@@ -287,7 +203,7 @@ def _cuda_context(msg: OOMMessage | None, device: str) -> tuple[int | None, int 
     if msg.other_processes:
         others = sum(b for _, b in msg.other_processes)
     if others is None or ctx is None:
-        from .cuda_memory import nvml_processes
+        from .cuda import nvml_processes
 
         procs = nvml_processes(msg.gpu_index or 0)
         if procs is not None:
@@ -322,18 +238,18 @@ def explain_oom(exc: BaseException | str, model: Any = None, optimizer: Any = No
     :func:`smaller_card` or ``set_per_process_memory_fraction``); context and other processes are then not
     subtracted from it. ``device`` names where the step ran (default: the model's device).
     """
-    from ._check import whole
+    from .._check import whole
 
     if capacity_bytes is not None:
         whole("capacity_bytes", capacity_bytes)
-    from .memory import CUDA_CONTEXT_BYTES, is_oom
+    from .peak import CUDA_CONTEXT_BYTES, is_oom
 
     text = exc if isinstance(exc, str) else (str(exc) if isinstance(exc, BaseException) else None)
     if text is None:
         raise TypeError(f"explain_oom needs the exception (or its text), got {type(exc).__name__}")
     oom = is_oom(exc) if isinstance(exc, BaseException) else "out of memory" in text.lower()
     if not oom:
-        raise ValueError("not an out-of-memory error; for other CUDA errors use gl.explain_error(exc)")
+        raise ValueError("not an out-of-memory error; for other CUDA errors use gl.errors.explain_error(exc)")
     msg = parse_oom_message(text)
     params = list(model.parameters()) if model is not None else []
     tensors = _batch_tensors(batch)
@@ -348,7 +264,7 @@ def explain_oom(exc: BaseException | str, model: Any = None, optimizer: Any = No
     # measured
     P = _tensor_bytes(params) + (_tensor_bytes(model.buffers()) if model is not None else 0)
     G_now = _tensor_bytes(p.grad for p in params if p.grad is not None)
-    from .memory import _optimizer_state_tensors
+    from .accounting import _optimizer_state_tensors
 
     O_now = _tensor_bytes(_optimizer_state_tensors(optimizer)) if optimizer is not None else 0
     B = _tensor_bytes(tensors)
@@ -380,7 +296,7 @@ def explain_oom(exc: BaseException | str, model: Any = None, optimizer: Any = No
     ctx, others, src = _cuda_context(msg, device)
     reserve = None
     if device.startswith("cuda") and not (msg and msg.simulated):
-        from .telemetry.nvml import cuda_memory_info
+        from ..telemetry.nvml import cuda_memory_info
 
         nv = cuda_memory_info(msg.gpu_index or 0 if msg is not None else 0)
         reserve = None if nv is None else nv.reserved_bytes
@@ -489,20 +405,20 @@ def _ladder(*, needed: int | None, usable: int | None, P: int, G: int, G_now: in
             f"; {k} micro-batches of {batch_size // k}" if k and batch_size else "")
     out.append((3, Fix("smaller batch + gradient accumulation", bool(act and batch_size and batch_size > 1), save_k,
                        closes(save_k), acc_why,
-                       f"gl.TrainConfig(accumulation_steps={k or 4}): same gradients, activations / k (lesson 05)",
+                       f"course.TrainConfig(accumulation_steps={k or 4}): same gradients, activations / k (lesson 05)",
                        "more, smaller steps: slower on a GPU that small batches leave idle")))
     # 2. mixed precision: 16-bit activations
     save_mp = None if autocast or not act else act // 2
     out.append((2, Fix("mixed precision (bf16/fp16 autocast)", bool(act) and not autocast, save_mp, closes(save_mp),
                        "already on" if autocast else "activations stored in 16 bits take half the memory",
-                       "gl.TrainConfig(precision='bf16' or 'fp16') or torch.autocast (lesson 04)",
+                       "course.TrainConfig(precision='bf16' or 'fp16') or torch.autocast (lesson 04)",
                        "usually faster on tensor cores; weights and optimizer state stay fp32")))
     # 3. gradient checkpointing: keep ~2/sqrt(L) of the activations
     save_ck = int(act * max(0.0, 1 - 2 / math.sqrt(layers))) if act and layers >= 4 else None
     out.append((4, Fix("gradient checkpointing", bool(save_ck), save_ck, closes(save_ck),
                        f"{layers} layers: keep segment inputs only, recompute the rest in backward"
                        if layers >= 4 else "too few layers to gain much",
-                       "gl.checkpointed(model, segments) or torch.utils.checkpoint (lesson 05)",
+                       "course.checkpointed(model, segments) or torch.utils.checkpoint (lesson 05)",
                        "about one extra forward pass (+20-30% step time)")))
     # 4. set_to_none
     out.append((0, Fix("zero_grad(set_to_none=True)", G_now > 0, G_now or None, closes(G_now or None),
@@ -532,7 +448,7 @@ def _ladder(*, needed: int | None, usable: int | None, P: int, G: int, G_now: in
         why.append("sys.last_traceback holds the frames (and tensors) of an earlier failed cell")
     out.append((0, Fix("delete references, gc.collect(), empty_cache()", applies, leak, closes(leak),
                        "; ".join(why) or "nothing found referenced beyond the step",
-                       "del out, loss; gl.recover_memory(globals(), [...]) clears sys.last_traceback and Out too",
+                       "del out, loss; gl.memory.recover_memory(globals(), [...]) clears sys.last_traceback and Out too",
                        "free; empty_cache() only helps other processes - PyTorch reuses its cache itself")))
     # 7. expandable segments
     frag = cached if cuda and cached and requested and (cached >= requested or (cap and cached > 0.05 * cap)) else None
@@ -571,178 +487,3 @@ def _ladder(*, needed: int | None, usable: int | None, P: int, G: int, G_now: in
     ranked = sorted(out, key=lambda cf: (not cf[1].applies, not cf[1].resolves, cf[0] if cf[1].resolves else 0,
                                          -(cf[1].saves_bytes or 0)))
     return [f for _, f in ranked]
-
-
-# ----------------------------------------------------------------------------------------------
-class Card:
-    """A live handle on the card of :func:`smaller_card`: its capacity and the memory used so far."""
-
-    def __init__(self, capacity_bytes: int, device: str, tracker: Any = None, base: int = 0) -> None:
-        self.capacity_bytes, self.device, self._tracker, self._base = capacity_bytes, device, tracker, base
-
-    @property
-    def simulated(self) -> bool:
-        return self._tracker is not None
-
-    @property
-    def current_bytes(self) -> int:
-        if self._tracker is not None:
-            return int(self._tracker.current_bytes)
-        import torch
-
-        return int(torch.cuda.memory_allocated(self.device) - self._base)
-
-    @property
-    def peak_bytes(self) -> int:
-        if self._tracker is not None:
-            return int(self._tracker.peak_bytes)
-        import torch
-
-        return int(torch.cuda.max_memory_allocated(self.device) - self._base)
-
-    def __repr__(self) -> str:
-        kind = "simulated" if self.simulated else "capped CUDA allocator"
-        return (f"Card({fmt_bytes(self.capacity_bytes)}, {kind}): {fmt_bytes(self.current_bytes)} live, "
-                f"peak {fmt_bytes(self.peak_bytes)}")
-
-
-@contextlib.contextmanager
-def smaller_card(budget_bytes: int, device: Any = None) -> Iterator[Card]:
-    """A GPU with ``budget_bytes`` of memory, on any machine. On CUDA: the real caching allocator, capped
-    with ``torch.cuda.set_per_process_memory_fraction`` (real CUDA out-of-memory errors; every allocation of
-    the process counts, so build the model inside); elsewhere :func:`gpulab.memory_budget`'s simulation
-    (tensors created inside count). The cap is lifted on exit. ``card.peak_bytes`` is the peak above what
-    was allocated on entry, on both.
-
-    Example:
-        >>> import torch, gpulab as gl
-        >>> with gl.smaller_card(1 * gl.MiB) as card:
-        ...     x = torch.ones(128, 1024)         # 512 KiB
-        >>> card.peak_bytes >= 512 * 1024
-        True
-    """
-    from ._check import whole
-    from .memory import _is_cuda, memory_budget
-
-    whole("budget_bytes", budget_bytes)
-    if device is None:
-        from .system import device_kind
-
-        device = "cuda" if device_kind() == "cuda" else "cpu"
-    if not _is_cuda(device):
-        with memory_budget(budget_bytes, label=f"simulated {fmt_bytes(budget_bytes)} card") as tracker:
-            yield Card(budget_bytes, "simulated card", tracker)
-        return
-    import torch
-
-    dev = torch.device(device)
-    total = torch.cuda.get_device_properties(dev).total_memory
-    if budget_bytes > total:
-        raise ValueError(f"budget {fmt_bytes(budget_bytes)} exceeds this GPU's {fmt_bytes(total)}")
-    torch.cuda.synchronize(dev)
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats(dev)
-    torch.cuda.set_per_process_memory_fraction(budget_bytes / total, dev)
-    try:
-        yield Card(budget_bytes, str(dev), base=int(torch.cuda.memory_allocated(dev)))
-    finally:
-        torch.cuda.set_per_process_memory_fraction(1.0, dev)
-
-
-@dataclass(frozen=True)
-class FixTrial:
-    label: str
-    fits: bool
-    peak_bytes: int | None
-    error: str | None = None
-
-
-@dataclass(frozen=True)
-class FixLadder:
-    """Configurations tried one after another on the same card: which fit, and their peak memory."""
-
-    trials: tuple[FixTrial, ...]
-    capacity_bytes: int
-    device: str
-
-    def trial(self, label: str) -> FixTrial:
-        for t in self.trials:
-            if t.label == label:
-                return t
-        raise KeyError(f"no trial {label!r}; labels: {[t.label for t in self.trials]}")
-
-    @property
-    def first_fit(self) -> str | None:
-        return next((t.label for t in self.trials if t.fits), None)
-
-    def to_dataframe(self) -> Any:
-        import pandas as pd
-
-        return pd.DataFrame([{"configuration": t.label, "fits": t.fits, "peak_bytes": t.peak_bytes,
-                              "peak_pct_of_card": None if t.peak_bytes is None else 100 * t.peak_bytes / self.capacity_bytes}
-                             for t in self.trials]).set_index("configuration")
-
-    def _rows(self) -> list[tuple[str, str, str, str]]:
-        return [(t.label, "fits" if t.fits else "OOM", fmt_bytes(t.peak_bytes) if t.fits else f"> {fmt_bytes(self.capacity_bytes)}",
-                 f"{t.peak_bytes / self.capacity_bytes:.0%}" if t.fits and t.peak_bytes is not None else "")
-                for t in self.trials]
-
-    def __repr__(self) -> str:
-        return (f"Fixes tried on {self.device} ({fmt_bytes(self.capacity_bytes)})\n"
-                + text_table(("configuration", "result", "peak", "of card"), self._rows()))
-
-    def _repr_html_(self) -> str:
-        return html_table(("configuration", "result", "peak", "of card"), self._rows(),
-                          caption=f"Fixes tried on {self.device} ({fmt_bytes(self.capacity_bytes)})")
-
-
-def try_fixes(configs: Mapping[str, Callable[[], Any]], *, budget: int | None = None, device: Any = None) -> FixLadder:
-    """Run each zero-argument callable (a few training steps of one configuration, building its model,
-    optimizer and batch inside so they count) and record whether it fits and its peak memory.
-
-    Each runs on :func:`smaller_card` of ``budget`` bytes (required on CPU; on CUDA the default is the
-    whole card). Out-of-memory errors are caught and memory is recovered outside the ``except`` block;
-    other errors propagate.
-
-    Example:
-        >>> import torch, gpulab as gl
-        >>> ladder = gl.try_fixes({"4 MiB": lambda: torch.ones(1024, 1024), "1 MiB": lambda: torch.ones(256, 1024)},
-        ...                       budget=2 * gl.MiB)
-        >>> [t.fits for t in ladder.trials]
-        [False, True]
-    """
-    if not isinstance(configs, Mapping) or not configs:
-        raise TypeError("try_fixes takes a dict: label -> callable running a few steps of that configuration")
-    bad = [k for k, f in configs.items() if not callable(f)]
-    if bad:
-        raise TypeError(f"not callable: {bad}")
-    import torch
-
-    from .memory import _is_cuda, free_memory, is_oom
-
-    if device is None:
-        from .system import device_kind
-
-        device = "cuda" if device_kind() == "cuda" else "cpu"
-    cuda = _is_cuda(device)
-    if budget is None and not cuda:
-        raise ValueError("on CPU pass budget=... (bytes, e.g. 64 * gl.MiB) to simulate a GPU's memory")
-    cap = int(budget) if budget is not None else int(torch.cuda.get_device_properties(torch.device(device)).total_memory)
-    trials = []
-    for label, fn in configs.items():
-        free_memory(device if cuda else None)
-        ok, peak, err = True, None, None
-        try:
-            with smaller_card(cap, device) as card:
-                fn()
-                if cuda:
-                    torch.cuda.synchronize(device)
-            peak = card.peak_bytes
-        except Exception as e:
-            if not is_oom(e):
-                raise
-            ok, err = False, str(e).splitlines()[0][:200]
-        if not ok:  # outside the except block: the traceback and its tensors are gone
-            free_memory(device if cuda else None)
-        trials.append(FixTrial(label, ok, peak, err))
-    return FixLadder(tuple(trials), cap, "simulated card" if not cuda else str(device))

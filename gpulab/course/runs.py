@@ -9,10 +9,11 @@ synthetic image task a small CNN learns in a few dozen steps, so accuracy column
 
 Example:
     >>> import torch, gpulab as gl
-    >>> runs = {p: (m := gl.models.small_cnn(), torch.optim.SGD(m.parameters(), lr=0.05), gl.TrainConfig(precision=p))
+    >>> from gpulab import course
+    >>> runs = {p: (m := course.models.small_cnn(), torch.optim.SGD(m.parameters(), lr=0.05), course.TrainConfig(precision=p))
     ...         for p in ("fp32", "bf16")}
-    >>> results = gl.train_interleaved(runs, lambda step: gl.pattern_batch(16, seed=step), steps=3)
-    >>> table = gl.compare_runs(results, baseline="fp32")
+    >>> results = course.train_interleaved(runs, lambda step: course.pattern_batch(16, seed=step), steps=3)
+    >>> table = course.compare_runs(results, baseline="fp32")
     >>> sorted(results) == ["bf16", "fp32"] and table.speedup("fp32") == 1.0
     True
 """
@@ -25,10 +26,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
-from ._format import TableView, NA, fmt_bytes, fmt_number, fmt_rate, html_table, text_table
-from ._check import per_label, table_rows
-from .reference import Published, published as _published
-from .train import TrainConfig, TrainResult
+from .._format import TableView, NA, fmt_bytes, fmt_number, fmt_rate, html_table, text_table
+from .._check import per_label, table_rows
+from ..reference import Published, published as _published
+from .training import TrainConfig, TrainResult
 
 __all__ = ["pattern_batch", "train_interleaved", "RunComparison", "compare_runs"]
 
@@ -37,7 +38,7 @@ def pattern_batch(batch_size: int, seed: int = 0, *, classes: int = 10, channels
                   signal: float = 0.15, device: Any = "cpu") -> tuple[Any, Any]:
     """A seeded batch ``(images, labels)`` of a learnable synthetic task: each class is one fixed, smooth
     random pattern (the same for every seed), each image its class's pattern times ``signal`` plus unit
-    Gaussian noise. Smaller ``signal`` makes the task harder. Shaped for :func:`gpulab.models.small_cnn`
+    Gaussian noise. Smaller ``signal`` makes the task harder. Shaped for :func:`course.models.small_cnn`
     and ``resnet_small`` (3x32x32); different seeds give different images of the same task.
 
     Example:
@@ -63,7 +64,7 @@ def pattern_batch(batch_size: int, seed: int = 0, *, classes: int = 10, channels
 
 
 def _resident_bytes(model: Any, optimizer: Any, inputs: Iterable[Any]) -> int:
-    from .memory import _optimizer_state_tensors, _tensor_bytes
+    from ..memory.accounting import _optimizer_state_tensors, _tensor_bytes
 
     return _tensor_bytes([*model.parameters(), *model.buffers(), *_optimizer_state_tensors(optimizer), *inputs])
 
@@ -75,8 +76,8 @@ def _step_memory(dev: Any) -> Iterator[dict[str, int]]:
     The yielded dict gets ``"bytes"`` on exit."""
     import torch
 
-    from .memory import MemoryTracker
-    from .timing import synchronize
+    from ..memory.peak import MemoryTracker
+    from ..timing import synchronize
 
     box: dict[str, int] = {}
     if getattr(dev, "type", None) == "cuda":
@@ -97,7 +98,7 @@ def train_interleaved(runs: Mapping[str, tuple[Any, Any, TrainConfig]],
                       warmup_steps: int = 1, loss_fn: Callable[[Any, Any], Any] | None = None,
                       track_memory: bool = True) -> dict[str, TrainResult]:
     """Train every run of ``runs`` (label -> ``(model, optimizer, TrainConfig)``) for ``steps`` steps,
-    one step of each in turn, on the same batches; return label -> :class:`gpulab.TrainResult`.
+    one step of each in turn, on the same batches; return label -> :class:`course.TrainResult`.
 
     Each step is timed with the device synchronised. The order rotates every step, so no run always goes
     first. With ``track_memory`` one step per run (right after ``warmup_steps``) is measured for peak
@@ -107,21 +108,22 @@ def train_interleaved(runs: Mapping[str, tuple[Any, Any, TrainConfig]],
 
     Example:
         >>> import torch, gpulab as gl
-        >>> a, b = gl.models.mlp(hidden=32), gl.models.mlp(hidden=32)
-        >>> runs = {"k=1": (a, torch.optim.SGD(a.parameters(), lr=0.1), gl.TrainConfig()),
-        ...         "k=2": (b, torch.optim.SGD(b.parameters(), lr=0.1), gl.TrainConfig(accumulation_steps=2))}
-        >>> res = train_interleaved(runs, lambda step: gl.models.example_batch("mlp", 16, seed=step), steps=4)
+        >>> from gpulab import course
+        >>> a, b = course.models.mlp(hidden=32), course.models.mlp(hidden=32)
+        >>> runs = {"k=1": (a, torch.optim.SGD(a.parameters(), lr=0.1), course.TrainConfig()),
+        ...         "k=2": (b, torch.optim.SGD(b.parameters(), lr=0.1), course.TrainConfig(accumulation_steps=2))}
+        >>> res = train_interleaved(runs, lambda step: course.models.example_batch("mlp", 16, seed=step), steps=4)
         >>> sorted(res), len(res["k=2"].step_times_s), res["k=2"].peak_memory_bytes > 0
         (['k=1', 'k=2'], 4, True)
     """
     import torch
 
-    from .system import device as pick_device
-    from .timing import synchronize
-    from .train import make_scaler, train_step
+    from ..system import device as pick_device
+    from ..timing import synchronize
+    from .training import make_scaler, train_step
 
     if not isinstance(runs, Mapping) or not runs:
-        raise TypeError("runs must be a non-empty mapping: label -> (model, optimizer, gl.TrainConfig)")
+        raise TypeError("runs must be a non-empty mapping: label -> (model, optimizer, course.TrainConfig)")
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be a positive whole number, got {steps!r}")
     if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
@@ -129,7 +131,7 @@ def train_interleaved(runs: Mapping[str, tuple[Any, Any, TrainConfig]],
     prepared = {}
     for label, run in runs.items():
         if not isinstance(run, (tuple, list)) or len(run) != 3 or not isinstance(run[2], TrainConfig):
-            raise TypeError(f"run {label!r} must be (model, optimizer, gl.TrainConfig(...)), got {run!r:.80}")
+            raise TypeError(f"run {label!r} must be (model, optimizer, course.TrainConfig(...)), got {run!r:.80}")
         model, optimizer, config = run
         dev = pick_device(config.device) if config.device else next(model.parameters()).device
         model.to(dev)
@@ -236,7 +238,7 @@ class RunComparison(TableView):
         return pd.DataFrame(rows).set_index("run")
 
     def _columns(self) -> tuple[list[str], list[list[str]], str]:
-        from .tables import _time_unit
+        from ..tables import _time_unit
 
         scale, unit = _time_unit([r.median_step_s for r in self.results])
         df = self.to_dataframe()
@@ -306,7 +308,7 @@ def compare_runs(results: Mapping[str, TrainResult] | Iterable[TrainResult], bas
                  accuracy: Mapping[str, float] | None = None,
                  published: Mapping[str, str | Published] | None = None,
                  title: str = "Training runs") -> RunComparison:
-    """Build a :class:`RunComparison` from :class:`gpulab.TrainResult` objects (e.g. from
+    """Build a :class:`RunComparison` from :class:`course.TrainResult` objects (e.g. from
     :func:`train_interleaved`). ``baseline`` defaults to the first run.
 
     ``flops_per_step`` (one number, or one per run; e.g. from :func:`gpulab.count_flops`) and
@@ -316,8 +318,9 @@ def compare_runs(results: Mapping[str, TrainResult] | Iterable[TrainResult], bas
 
     Example:
         >>> import gpulab as gl
-        >>> a = gl.TrainResult("fp32", (2.3, 2.1), (0.2, 0.2), 64, 2000, gl.TrainConfig(), warmup_steps=0)
-        >>> b = gl.TrainResult("bf16", (2.3, 2.1), (0.1, 0.1), 64, 1000, gl.TrainConfig(precision="bf16"), warmup_steps=0)
+        >>> from gpulab import course
+        >>> a = course.TrainResult("fp32", (2.3, 2.1), (0.2, 0.2), 64, 2000, course.TrainConfig(), warmup_steps=0)
+        >>> b = course.TrainResult("bf16", (2.3, 2.1), (0.1, 0.1), 64, 1000, course.TrainConfig(precision="bf16"), warmup_steps=0)
         >>> t = compare_runs([a, b], flops_per_step=1e9, peak_flops=1e11)
         >>> t.speedup("bf16"), t.memory_ratio("bf16"), t.fraction_of_peak("bf16")
         (2.0, 0.5, 0.1)
@@ -325,7 +328,7 @@ def compare_runs(results: Mapping[str, TrainResult] | Iterable[TrainResult], bas
     rs = tuple(results.values()) if isinstance(results, Mapping) else tuple(results)
     if baseline is None and rs and isinstance(rs[0], TrainResult):
         baseline = rs[0].label
-    labels = table_rows(rs, TrainResult, "gl.train or gl.train_interleaved", str(baseline), published)
+    labels = table_rows(rs, TrainResult, "course.train or course.train_interleaved", str(baseline), published)
     acc = _given("accuracy", accuracy, labels)
     if any(v > 1 for v in acc.values()):
         raise ValueError(f"accuracy must be a fraction in [0, 1], got {acc}")

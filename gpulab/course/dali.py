@@ -1,0 +1,209 @@
+"""The lesson's pipeline in NVIDIA DALI: where each stage runs on this machine (dali_plan), as a PyTorch iterator or a tf.data.Dataset."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterator, Literal
+
+from .._check import flag, whole
+from .images import ImageSet
+from .pipelines import AREA, ASPECT, _check_set, _crop, _norm
+
+__all__ = ['DaliPlan', 'dali_plan', 'DaliLoader', 'dali_available', 'dali_tf_available', 'dali_loader', 'dali_tf_dataset']
+
+
+# ----------------------------------------------------------------------------------------------
+# NVIDIA DALI
+@dataclass(frozen=True)
+class DaliPlan:
+    """Where each stage of a DALI pipeline runs: ``decoder`` ("cpu" = libjpeg-turbo on CPU threads, or
+    "mixed" = nvJPEG: Huffman decoding on the CPU, the rest on the GPU, using the A100/H100 hardware JPEG
+    decoder when present), ``ops`` for augmentation ("cpu" or "gpu"), and the pipeline's ``device_id``
+    (``None``: a CPU-only pipeline that needs no GPU at all)."""
+
+    device_id: int | None
+    decoder: Literal["cpu", "mixed"]
+    ops: Literal["cpu", "gpu"]
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.device_id is not None
+
+    def __str__(self) -> str:
+        if self.on_gpu:
+            return f"DALI on GPU {self.device_id}: decoder 'mixed' (nvJPEG), augmentation on the GPU"
+        return "DALI on the CPU only (device_id=None): decoder 'cpu' (libjpeg-turbo), augmentation on CPU threads"
+
+
+def dali_plan(device: Any = None) -> DaliPlan:
+    """The :class:`DaliPlan` for ``device`` ("cuda", "cuda:1", "cpu"; default: the course device).
+
+    Example:
+        >>> dali_plan("cpu").decoder, dali_plan("cuda:1").device_id
+        ('cpu', 1)
+    """
+    if device is None:
+        from ..system import device_kind
+
+        device = device_kind()
+    kind, _, index = str(device).partition(":")
+    if kind == "cuda":
+        explicit = None if isinstance(device, str) else getattr(device, "index", None)   # torch.device("cuda", 1)
+        return DaliPlan(int(explicit if explicit is not None else (index or 0)), "mixed", "gpu")
+    if kind not in ("cpu", "mps"):
+        raise ValueError(f"device must be 'cpu' or 'cuda[:index]', got {device!r}")
+    return DaliPlan(None, "cpu", "cpu")
+
+
+def _dali_graph(fn: Any, types: Any, plan: DaliPlan, images: ImageSet, crop: int, augment: bool, shuffle: bool,
+                seed: int) -> tuple[Any, Any]:
+    """The pipeline's operators, written against the ``fn`` and ``types`` modules passed in (tests pass
+    recording fakes with the same shape to check the GPU graph on a machine without a GPU)."""
+    jpegs, labels = fn.readers.file(file_root=str(images.root), random_shuffle=shuffle, seed=seed, name="Reader")
+    decoded = fn.decoders.image(jpegs, device=plan.decoder,
+                                output_type=types.RGB if images.channels == 3 else types.GRAY)
+    mean, std = _norm(images.channels)
+    mirror: Any = 0
+    if augment:
+        decoded = fn.random_resized_crop(decoded, device=plan.ops, size=[crop, crop], random_area=list(AREA),
+                                         random_aspect_ratio=list(ASPECT))
+        mirror = fn.random.coin_flip(probability=0.5)
+    elif crop != images.size:
+        decoded = fn.resize(decoded, device=plan.ops, resize_x=crop, resize_y=crop, antialias=True)
+    out = fn.crop_mirror_normalize(decoded, device=plan.ops, dtype=types.FLOAT, output_layout="CHW",
+                                   mean=[m * 255 for m in mean], std=[s * 255 for s in std], mirror=mirror)
+    if plan.on_gpu:
+        labels = labels.gpu()
+    return out, labels
+
+
+def _dali_pipeline(images: ImageSet, batch_size: int, crop: int, augment: bool, plan: DaliPlan, num_threads: int,
+                   shuffle: bool, seed: int, prefetch_queue_depth: int, build: bool = True) -> Any:
+    from nvidia.dali import fn, pipeline_def, types
+
+    @pipeline_def
+    def pipeline() -> Any:
+        return _dali_graph(fn, types, plan, images, crop, augment, shuffle, seed)
+
+    pipe = pipeline(batch_size=batch_size, num_threads=num_threads, device_id=plan.device_id, seed=seed,
+                    prefetch_queue_depth=prefetch_queue_depth)
+    if build:   # DALIDataset builds the pipeline itself
+        pipe.build()
+    return pipe
+
+
+def _threads(num_threads: Any) -> int:
+    if num_threads is None:
+        import os
+
+        return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+    return whole("num_threads", num_threads)
+
+
+class DaliLoader:
+    """A DALI pipeline with PyTorch's iterator (``DALIGenericIterator``): iterating gives one epoch of
+    ``(images, labels)`` torch tensors - on the GPU for a GPU plan, on the CPU otherwise. Iterate whole
+    epochs: DALI's iterator cannot restart an unfinished epoch."""
+
+    def __init__(self, images: ImageSet, batch_size: int, crop: int, augment: bool, plan: DaliPlan, num_threads: int,
+                 shuffle: bool, seed: int, prefetch_queue_depth: int) -> None:
+        from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
+
+        self.plan, self.batch_size, self.num_threads, self.n = plan, batch_size, num_threads, images.n
+        self.pipeline = _dali_pipeline(images, batch_size, crop, augment, plan, num_threads, shuffle, seed,
+                                       prefetch_queue_depth)
+        self._iterator = DALIGenericIterator(self.pipeline, ["images", "labels"], reader_name="Reader",
+                                             last_batch_policy=LastBatchPolicy.PARTIAL, auto_reset=True)
+
+    def __len__(self) -> int:
+        return math.ceil(self.n / self.batch_size)
+
+    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+        for out in self._iterator:
+            batch = out[0]
+            yield batch["images"], batch["labels"].reshape(-1).long()
+
+    def __repr__(self) -> str:
+        return f"DaliLoader({self.n} images, batch {self.batch_size}, {self.num_threads} threads; {self.plan})"
+
+
+def dali_available() -> bool:
+    """True when NVIDIA DALI (``nvidia.dali``) can be imported."""
+    import importlib.util
+
+    return importlib.util.find_spec("nvidia") is not None and importlib.util.find_spec("nvidia.dali") is not None
+
+
+def dali_tf_available() -> bool:
+    """True when DALI's TensorFlow plugin (package ``nvidia-dali-tf-plugin-*``, module
+    ``nvidia.dali_tf_plugin``) is installed. Checked without importing TensorFlow."""
+    import importlib.util
+
+    return dali_available() and importlib.util.find_spec("nvidia.dali_tf_plugin") is not None
+
+
+def dali_loader(images: ImageSet, batch_size: int = 64, *, crop: int | None = None, augment: bool = True,
+                device: Any = None, num_threads: int | None = None, shuffle: bool = True, seed: int = 0,
+                prefetch_queue_depth: int = 2) -> DaliLoader:
+    """A DALI pipeline over ``images.root`` feeding PyTorch (see :class:`DaliLoader` and :func:`dali_plan`).
+
+    ``num_threads`` CPU threads decode and augment (default: all cores of this process);
+    ``prefetch_queue_depth`` batches are prepared ahead. Labels come from ``fn.readers.file``, which numbers
+    the sorted class folders exactly as ImageFolder does.
+
+    Example:
+        >>> import tempfile, gpulab as gl
+        >>> from gpulab import course
+        >>> s = course.synthetic_images(tempfile.mkdtemp() + "/s", n=8, classes=2, size=16)
+        >>> x, y = next(iter(course.dali_loader(s, batch_size=8, device="cpu")))
+        >>> tuple(x.shape), str(y.dtype)
+        ((8, 3, 16, 16), 'torch.int64')
+    """
+    _check_set(images)
+    whole("batch_size", batch_size)
+    crop = _crop(images, crop)
+    for name, value in (("augment", augment), ("shuffle", shuffle)):
+        flag(name, value)
+    whole("prefetch_queue_depth", prefetch_queue_depth)
+    if not dali_available():
+        raise ImportError("NVIDIA DALI is not installed: pip install nvidia-dali-cuda120 (Linux x86_64/aarch64)")
+    return DaliLoader(images, batch_size, crop, augment, dali_plan(device), _threads(num_threads), shuffle, seed,
+                      prefetch_queue_depth)
+
+
+def dali_tf_dataset(images: ImageSet, batch_size: int = 64, *, crop: int | None = None, augment: bool = True,
+                    device: Any = None, num_threads: int | None = None, shuffle: bool = True, seed: int = 0) -> Any:
+    """The DALI pipeline of :func:`dali_loader` as a ``tf.data.Dataset`` (``DALIDataset``) of NCHW float32
+    images and int32 labels, usable by ``keras.Model.fit``. Needs DALI's TensorFlow plugin, which gpulab's
+    pinned stack does not include: ``pip install nvidia-dali-tf-plugin-cuda120 --no-build-isolation`` after
+    TensorFlow.
+
+    Example:
+        >>> import gpulab as gl
+        >>> from gpulab import course
+        >>> course.dali_tf_available() in (True, False)
+        True
+    """
+    _check_set(images)
+    whole("batch_size", batch_size)
+    crop = _crop(images, crop)
+    if not dali_tf_available():
+        raise ImportError("DALI's TensorFlow plugin is not installed: pip install nvidia-dali-tf-plugin-cuda120 "
+                          "--no-build-isolation (after tensorflow; it builds against the installed TensorFlow)")
+    from .._tf import import_tensorflow
+
+    tf = import_tensorflow()
+    import nvidia.dali.plugin.tf as dali_tf
+
+    plan = dali_plan(device)
+    pipe = _dali_pipeline(images, batch_size, crop, augment, plan, _threads(num_threads), shuffle, seed, 2, build=False)
+    return _dali_dataset(dali_tf, tf, pipe, plan, batch_size, images.channels, crop)
+
+
+def _dali_dataset(dali_tf: Any, tf: Any, pipe: Any, plan: DaliPlan, batch_size: int, channels: int, crop: int) -> Any:
+    """``DALIDataset`` placed on the pipeline's device (split out so tests can pass a fake plugin)."""
+    where = f"/gpu:{plan.device_id}" if plan.on_gpu else "/cpu:0"
+    with tf.device(where):
+        return dali_tf.DALIDataset(pipeline=pipe, batch_size=batch_size,
+                                   output_shapes=((batch_size, channels, crop, crop), (batch_size, 1)),
+                                   output_dtypes=(tf.float32, tf.int32), device_id=plan.device_id)

@@ -1,0 +1,180 @@
+"""profile(): torch.profiler over a few steps of a function, summarised."""
+from __future__ import annotations
+
+import os
+import re
+import statistics
+import time
+import warnings
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable
+
+from .._check import flag, whole
+from .events import (PHASES, SYNC_CALLS, OpStat, _counts_device_time, _device_attr, _interval_s, _is_device_event,
+                     _phase_of, _torch, _union, check_device_events)
+from .summary import ProfileSummary
+
+__all__ = ['profile']
+
+
+# ----------------------------------------------------------------------------------------------
+# profile()
+def _slug(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", label).strip("-") or "profile"
+
+
+def _cuda_allocs(torch: Any) -> int:
+    """How many allocations the CUDA caching allocator has served so far (to tell whether code used the GPU).
+    torch's memory_summary reads "allocation.*"; the memory_stats docs spell it "allocated.*": try both."""
+    try:
+        stats = torch.cuda.memory_stats()
+        return int(stats.get("allocation.all.allocated", stats.get("allocated.all.allocated", 0)))
+    except Exception:
+        return 0
+
+
+def profile(fn: Callable[[], Any], steps: int = 5, warmup: int = 1, *, label: str = "profile",
+            memory: bool = False, record_shapes: bool = False, trace: bool = True,
+            trace_dir: str | os.PathLike[str] = "traces", device: Any = None) -> ProfileSummary:
+    """Profile ``fn`` (one training step, no arguments): ``warmup`` calls unrecorded, then ``steps``
+    recorded calls, through ``torch.profiler`` with a schedule.
+
+    Annotate the step with :func:`phase` ("data", "forward", "backward", "optimizer") to get the share of
+    each; PyTorch's own ``enumerate(DataLoader)`` and ``Optimizer.step`` ranges count without annotation.
+    ``memory=True`` records memory by operator (slower). ``trace=True`` writes a Chrome/Perfetto trace
+    file into ``trace_dir`` (default ``traces/``, git-ignored). On CUDA the device is profiled too and
+    the summary says whether its events were really recorded.
+    """
+    if not callable(fn):
+        raise TypeError(f"profile needs a callable running one step, got {type(fn).__name__}")
+    whole("steps", steps)
+    whole("warmup", warmup, low=0)
+    flag("memory", memory)
+    flag("record_shapes", record_shapes)
+    flag("trace", trace)
+    if not isinstance(label, str) or not label:
+        raise TypeError(f"label must be a non-empty string, got {label!r}")
+    torch = _torch()
+    from torch.profiler import ProfilerActivity, schedule
+
+    from ..system import device_kind
+
+    kind = device_kind() if device is None else torch.device(device).type
+    cuda = kind == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    # kineto logs VERBOSE 0 .. ERROR 4, USDT 5 (a "profiler_start/stop" pair on every run since torch 2.14);
+    # 6 silences them: missing device events are checked and reported by check_device_events instead
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+    path: list[str] = []
+
+    def on_ready(prof: Any) -> None:
+        if trace:
+            d = Path(trace_dir)
+            d.mkdir(parents=True, exist_ok=True)
+            p = d / f"{_slug(label)}-{os.getpid()}-{time.time_ns()}.pt.trace.json"
+            prof.export_chrome_trace(str(p))
+            path.append(str(p))
+
+    allocs_before = _cuda_allocs(torch) if cuda else 0
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*warmup.*")   # warmup=0 is a valid choice here
+        with torch.profiler.profile(activities=activities, record_shapes=record_shapes, profile_memory=memory,
+                                    schedule=schedule(wait=0, warmup=warmup, active=steps, repeat=1),
+                                    on_trace_ready=on_ready) as prof:
+            for _ in range(warmup + steps):
+                fn()
+                if cuda:
+                    torch.cuda.synchronize()
+                prof.step()
+    cuda_used = cuda and _cuda_allocs(torch) > allocs_before
+    return _summarise(prof, label, kind, steps, warmup, cuda, cuda_used, memory, path[0] if path else None)
+
+
+def _op_stat(a: Any, cuda: bool, memory: bool) -> OpStat:
+    """One ``key_averages()`` row (``FunctionEventAvg``, times in microseconds) as an :class:`OpStat`."""
+    is_dev = _is_device_event(a)
+
+    def dev_s(name: str) -> float | None:
+        v = _device_attr(a, name) if cuda else None
+        return None if v is None else v / 1e6
+
+    mem = _device_attr(a, "self_device_memory_usage") if memory and cuda else None
+    return OpStat(a.key, int(a.count), 0.0 if is_dev else a.self_cpu_time_total / 1e6,
+                  0.0 if is_dev else a.cpu_time_total / 1e6,
+                  dev_s("self_device_time_total"), dev_s("device_time_total"),
+                  int(a.self_cpu_memory_usage) if memory else None,
+                  None if mem is None else int(mem),
+                  device_work=cuda and _counts_device_time(a))
+
+
+def _summarise(prof: Any, label: str, kind: str, steps: int, warmup: int, cuda: bool, cuda_used: bool,
+               memory: bool, trace_path: str | None) -> ProfileSummary:
+    events = list(prof.events())
+    step_events = [e for e in events if e.name.startswith("ProfilerStep")]
+    windows = sorted(_interval_s(e) for e in step_events)
+    if not windows:   # pragma: no cover - torch always emits ProfilerStep ranges with a schedule
+        raise RuntimeError("the profiler recorded no steps: was fn() called?")
+    n = len(windows)
+    # phases: the outermost classified ranges, as time intervals, clipped to the step windows
+    by_phase: dict[str, list[tuple[float, float]]] = {p: [] for p in PHASES}
+    ranges: dict[str, float] = {}
+    for e in events:
+        if _is_device_event(e) or e.name.startswith("ProfilerStep"):
+            continue
+        if getattr(e, "is_user_annotation", False):
+            a, b = _interval_s(e)
+            ranges[e.name] = ranges.get(e.name, 0.0) + (b - a)
+        ph = _phase_of(e.name)
+        if ph is None:
+            continue
+        parent, nested = e.cpu_parent, False
+        while parent is not None:
+            if _phase_of(parent.name) is not None:
+                nested = True
+                break
+            parent = parent.cpu_parent
+        if not nested:
+            by_phase[ph].append(_interval_s(e))
+    phases = {p: sum(_union(iv, a, b) for a, b in windows) for p, iv in by_phase.items()}
+    total = sum(b - a for a, b in windows)
+    phases["other"] = max(0.0, total - sum(phases.values()))
+    # operator calls issued by Python code (an aten op without an aten ancestor), outside data loading
+    # (CPU-side input work is judged by the data share); and .item()-style reads outside the optimizer and
+    # data loading (Adam's step counters and torchvision's random transforms read CPU scalars: no device sync)
+    top_ops = []
+    syncs = 0
+    for e in events:
+        if not e.name.startswith("aten::") or _is_device_event(e):
+            continue
+        parent, in_aten, ph = e.cpu_parent, False, None
+        while parent is not None:
+            in_aten = in_aten or parent.name.startswith("aten::")
+            ph = ph or _phase_of(parent.name)
+            parent = parent.cpu_parent
+        if in_aten:
+            continue
+        if e.name in SYNC_CALLS and ph not in ("optimizer", "data"):
+            syncs += 1
+        if ph != "data":
+            a, b = _interval_s(e)
+            top_ops.append(b - a)
+    dev = check_device_events(events, cuda, cuda_used, windows)
+    ops = [_op_stat(a, cuda, memory) for a in prof.key_averages()
+           if not a.key.startswith("ProfilerStep") and not getattr(a, "is_user_annotation", False)]
+    ops.sort(key=lambda o: (o.self_cpu_s, o.self_device_s or 0.0), reverse=True)
+    if dev.kernels and not any(o.device_work and o.self_device_s is not None for o in ops):
+        # events came back but the averaged rows carry no device time this code can read: say so rather
+        # than show empty device columns under "CUPTI working"
+        dev = replace(dev, note=f"{dev.note}, but this torch's key_averages() rows carry no device time gpulab "
+                                "can read (neither self_device_time_total nor self_cuda_time_total on kernel "
+                                "rows): device columns are empty - read the trace instead")
+    elif dev.profiled and not dev.kernels and any(o.device_work and o.self_device_s for o in ops):
+        # torch's GPU fallback (no CUPTI): CUDA events around each operator time it, on the CPU rows
+        dev = replace(dev, note=f"{dev.note}; torch's CUDA-event fallback timed each operator instead "
+                                "(self device times on the operator rows, no kernel rows)")
+    return ProfileSummary(
+        label=label, device_kind=kind, steps=n, warmup=warmup,
+        step_times_s=tuple(b - a for a, b in windows), phases_s=phases, ops=tuple(ops),
+        op_calls_per_step=len(top_ops) / n, median_op_s=statistics.median(top_ops) if top_ops else None,
+        syncs_per_step=syncs / n, device=dev, trace_path=trace_path, memory=memory, ranges_s=ranges)

@@ -1,0 +1,270 @@
+"""ProfileSummary: what profile() recorded, as tables, and its bottleneck verdict."""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .._check import whole
+from .._format import fmt_bytes, fmt_number, fmt_seconds, html_table, text_table
+from .events import MANY_OPS_PER_STEP, TINY_KERNEL_S, TINY_OP_S, DeviceCheck, OpStat
+
+__all__ = ['ProfileSummary', 'diagnose_profile']
+
+
+@dataclass(frozen=True)
+class ProfileSummary:
+    """What :func:`profile` recorded over ``steps`` steps (after ``warmup`` unrecorded ones).
+
+    ``phases_s``: seconds per phase summed over the steps (data, forward, backward, optimizer, other);
+    ``ops``: every operator, sorted by self CPU time; ``device``: the :class:`DeviceCheck`;
+    ``trace_path``: the Chrome/Perfetto trace (open it at https://ui.perfetto.dev).
+    """
+
+    label: str
+    device_kind: str
+    steps: int
+    warmup: int
+    step_times_s: tuple[float, ...]
+    phases_s: dict[str, float]
+    ops: tuple[OpStat, ...]
+    op_calls_per_step: float            # operator calls issued by Python code (not their children), data excluded
+    median_op_s: float | None           # median duration of those calls
+    syncs_per_step: float               # .item()-style reads that make the host wait for the device
+    device: DeviceCheck
+    trace_path: str | None = None
+    memory: bool = False
+    ranges_s: dict[str, float] = field(default_factory=dict)   # every record_function range, total seconds
+    step_s: float = field(init=False)     # median wall time of a profiled step (profiler overhead included)
+    total_s: float = field(init=False)    # all profiled steps
+    # device time over all profiled steps, each kernel/copy counted once (the self device time of the
+    # ``device_work`` rows); None when no device time was recorded
+    device_time_s: float | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        if not self.step_times_s or self.steps != len(self.step_times_s):
+            raise ValueError(f"need one time per profiled step, got {len(self.step_times_s)} for {self.steps} steps")
+        object.__setattr__(self, "step_s", statistics.median(self.step_times_s))
+        object.__setattr__(self, "total_s", float(sum(self.step_times_s)))
+        work = [o.self_device_s for o in self.ops if o.device_work and o.self_device_s is not None]
+        object.__setattr__(self, "device_time_s", float(sum(work)) if work else None)
+
+    def share(self, name: str) -> float:
+        """Share of the profiled step time spent in phase ``name`` (0..1)."""
+        if name not in self.phases_s:
+            raise KeyError(f"unknown phase {name!r}; phases: {list(self.phases_s)}")
+        return self.phases_s[name] / self.total_s if self.total_s > 0 else 0.0
+
+    @property
+    def device_busy_share(self) -> float | None:
+        d = self.device
+        return None if d.busy_s is None or not d.kernels or self.total_s <= 0 else d.busy_s / self.total_s
+
+    @property
+    def verdict(self) -> Any:
+        """The bottleneck :class:`~gpulab.telemetry.diagnose.Verdict` (see :func:`diagnose_profile`)."""
+        return diagnose_profile(self)
+
+    def top(self, n: int = 10, by: str = "self_cpu") -> Any:
+        """The ``n`` heaviest operators as a DataFrame, per step; ``by`` is "self_cpu" or "self_device"."""
+        if by not in ("self_cpu", "self_device"):
+            raise ValueError(f"by must be 'self_cpu' or 'self_device', got {by!r}")
+        df = self.to_dataframe()
+        col = f"{by}_ms_per_step"
+        if col not in df or df[col].isna().all():
+            raise ValueError(f"no {by.replace('_', ' ')} times recorded ({self.device.note})")
+        return df.sort_values(col, ascending=False).head(n)
+
+    def to_dataframe(self) -> Any:
+        """Every operator, per profiled step: calls, self/total CPU ms, self/total device ms, memory.
+
+        On a GPU an operator row (``aten::mm``) shows the device time of the kernels it launched and each
+        kernel has its own row (``device_work`` True) with the same time: sum ``self_device_ms_per_step``
+        over the ``device_work`` rows only. ``self_device_pct`` is a share of :attr:`device_time_s`, which
+        counts each kernel once (an operator and its kernel each show the same share, as in torch's table).
+        """
+        import pandas as pd
+
+        n = self.steps
+        total_self = sum(o.self_cpu_s for o in self.ops) or 1.0
+        total_dev = self.device_time_s
+        rows = []
+        for o in self.ops:
+            r = {"operator": o.name, "calls_per_step": o.calls / n, "self_cpu_ms_per_step": 1e3 * o.self_cpu_s / n,
+                 "self_cpu_pct": 100 * o.self_cpu_s / total_self, "cpu_total_ms_per_step": 1e3 * o.cpu_total_s / n,
+                 "self_device_ms_per_step": None if o.self_device_s is None else 1e3 * o.self_device_s / n,
+                 "self_device_pct": (None if o.self_device_s is None or not total_dev
+                                     else 100 * o.self_device_s / total_dev),
+                 "device_total_ms_per_step": None if o.device_total_s is None else 1e3 * o.device_total_s / n,
+                 "device_work": o.device_work}
+            if self.memory:
+                r["self_cpu_memory_bytes_per_step"] = (None if o.self_cpu_memory_bytes is None
+                                                       else o.self_cpu_memory_bytes / n)
+                r["self_device_memory_bytes_per_step"] = (None if o.self_device_memory_bytes is None
+                                                          else o.self_device_memory_bytes / n)
+            rows.append(r)
+        return pd.DataFrame(rows).set_index("operator") if rows else pd.DataFrame()
+
+    def trace_ranges(self, step: int = 0) -> Any:
+        """The annotated ranges (``record_function``/:func:`phase`, DataLoader's own) of profiled step
+        ``step``, read from the trace file, as a DataFrame: name, start (ms into the step) and duration (ms).
+
+        The trace is parsed inside this call and dropped: a notebook variable holding a trace's hundreds of
+        thousands of events would slow down every later garbage collection, and with it what is measured next.
+
+        Example:
+            >>> import torch, gpulab as gl
+            >>> def step():
+            ...     with gl.phase("forward"):
+            ...         torch.ones(64, 64).sum()
+            >>> gl.profile(step, steps=2, warmup=1).trace_ranges().loc[0, "range"]
+            'ProfilerStep#1'
+        """
+        import json
+
+        import pandas as pd
+
+        whole("step", step, low=0)
+        if step >= self.steps:
+            raise ValueError(f"step must be below the {self.steps} profiled steps, got {step}")
+        if self.trace_path is None or not Path(self.trace_path).is_file():
+            raise FileNotFoundError(f"no trace file for profile {self.label!r} ({self.trace_path!r}): "
+                                    "profile again with trace=True")
+        with open(self.trace_path) as f:
+            ranges = [e for e in json.load(f)["traceEvents"] if e.get("cat") == "user_annotation" and "dur" in e]
+        steps = sorted((e for e in ranges if e["name"].startswith("ProfilerStep")), key=lambda e: e["ts"])
+        if len(steps) <= step:
+            raise ValueError(f"the trace {self.trace_path} holds {len(steps)} steps, not step {step}")
+        first, end = steps[step]["ts"], steps[step]["ts"] + steps[step]["dur"]
+        rows = [{"range": e["name"][:60], "starts at (ms)": (e["ts"] - first) / 1e3, "lasts (ms)": e["dur"] / 1e3}
+                for e in sorted(ranges, key=lambda e: e["ts"]) if first <= e["ts"] < end]
+        return pd.DataFrame(rows).round(3)
+
+    def phase_table(self) -> Any:
+        """Per-step seconds and share of step time for each phase, as a DataFrame."""
+        import pandas as pd
+
+        return pd.DataFrame({"ms_per_step": {k: 1e3 * v / self.steps for k, v in self.phases_s.items()},
+                             "share": {k: self.share(k) for k in self.phases_s}})
+
+    # ---- rendering ---------------------------------------------------------------------------
+    def _head(self) -> str:
+        shares = ", ".join(f"{k} {self.share(k):.0%}" for k in self.phases_s if self.phases_s[k] > 0)
+        return (f"Profile {self.label!r} on {self.device_kind}: {self.steps} steps after {self.warmup} warm-up, "
+                f"median step {fmt_seconds(self.step_s)}; {shares}")
+
+    def _op_rows(self, n: int = 8) -> tuple[list[str], list[list[str]]]:
+        dev = self.device.kernels
+        header = ["operator", "calls/step", "self CPU/step", "% self CPU"]
+        if dev:
+            header.append("self device/step")
+        if self.memory:
+            header.append("self CPU mem/step")
+        rows = []
+        total_self = sum(o.self_cpu_s for o in self.ops) or 1.0
+        for o in self.ops[:n]:
+            r = [o.name[:60], fmt_number(o.calls / self.steps), fmt_seconds(o.self_cpu_s / self.steps),
+                 f"{100 * o.self_cpu_s / total_self:.1f}%"]
+            if dev:
+                r.append(fmt_seconds(None if o.self_device_s is None else o.self_device_s / self.steps))
+            if self.memory:
+                r.append(fmt_bytes(None if o.self_cpu_memory_bytes is None else o.self_cpu_memory_bytes / self.steps))
+            rows.append(r)
+        return header, rows
+
+    def _foot(self) -> str:
+        ops = (f"{self.op_calls_per_step:.0f} operator calls per step"
+               + (f" (median {fmt_seconds(self.median_op_s)})" if self.median_op_s is not None else "")
+               + (f", {self.syncs_per_step:.0f} .item() calls per step" if self.syncs_per_step else ""))
+        trace = f"trace: {self.trace_path}" if self.trace_path else "no trace file written"
+        dev = ("" if self.device_time_s is None else
+               f" Device time {fmt_seconds(self.device_time_s / self.steps)} per step (each kernel once; an "
+               "operator's self device time repeats its kernels').")
+        return f"{ops}. Device: {self.device.note}.{dev} {trace}"
+
+    def __repr__(self) -> str:
+        header, rows = self._op_rows()
+        return f"{self._head()}\n{text_table(header, rows)}\n{self._foot()}\nVerdict: {self.verdict.verdict}"
+
+    def _repr_html_(self) -> str:
+        header, rows = self._op_rows()
+        v = self.verdict
+        return (html_table(header, rows, caption=self._head(), footer=self._foot())
+                + f"<div><b>Verdict: {v.verdict}</b> - {_html_escape(v.findings[0].message) if v.findings else ''}"
+                  "</div>")
+
+
+def _html_escape(s: str) -> str:
+    import html
+
+    return html.escape(s)
+
+
+# ----------------------------------------------------------------------------------------------
+# the verdict
+def diagnose_profile(summary: ProfileSummary) -> Any:
+    """The bottleneck verdict of a profile, with the codes and thresholds of
+    :func:`gpulab.telemetry.diagnose.diagnose`:
+
+    - data phases >= 30% of step time -> ``input-bound`` ("62% of step time in data loading");
+    - many tiny operator calls (>= 200 per step, median < 20 us), or on a GPU many tiny kernels with the
+      device busy < 70% of the step -> ``launch-bound``;
+    - host syncs (``.item()``) every step -> a ``host-syncs`` warning;
+    - GPU busy >= 70% -> ``healthy``; otherwise on CPU -> ``compute-bound`` (the operators do the work).
+    """
+    from ..telemetry.diagnose import DATA_SHARE, HEALTHY_UTIL_PCT, Finding, Verdict
+
+    s = summary
+    f: list[Finding] = []
+    verdict = None
+    data = s.share("data")
+    detail = ", ".join(f"{k} {s.share(k):.0%}" for k in s.phases_s)
+    if data >= DATA_SHARE:
+        f.append(Finding("warning", "input-bound", f"{data:.0%} of step time in data loading", detail,
+                         "prepare data off the critical path: batched/vectorised transforms, DataLoader workers "
+                         "with prefetching, cached decoded data, or decoding on the GPU (DALI, lesson 06)"))
+        verdict = "input-bound"
+    busy = s.device_busy_share
+    # On a GPU the host side of every call is short (it only queues a kernel), so only the kernels tell;
+    # on a CPU the operators are the work, and many tiny ones mean dispatch overhead dominates.
+    tiny_ops = (not s.device.profiled and s.op_calls_per_step >= MANY_OPS_PER_STEP
+                and s.median_op_s is not None and s.median_op_s < TINY_OP_S)
+    tiny_kernels = (s.device.kernels is not None and s.device.kernels / s.steps >= MANY_OPS_PER_STEP
+                    and s.device.median_kernel_s is not None and s.device.median_kernel_s < TINY_KERNEL_S
+                    and busy is not None and busy < HEALTHY_UTIL_PCT / 100)
+    if tiny_ops or tiny_kernels:
+        ev = (f"{s.op_calls_per_step:.0f} operator calls per step, median {fmt_seconds(s.median_op_s)}"
+              if tiny_ops else "")
+        if tiny_kernels:
+            ev = (ev + "; " if ev else "") + (f"{s.device.kernels / s.steps:.0f} kernels per step, median "
+                                              f"{fmt_seconds(s.device.median_kernel_s)}, device busy {busy:.0%}")
+        f.append(Finding("warning", "launch-bound", "many tiny operations: launch-bound", ev,
+                         "vectorise Python loops over items or layers into whole-tensor operations; then larger "
+                         "batches, torch.compile or CUDA graphs to cut the per-launch cost"))
+        verdict = verdict or "launch-bound"
+    if s.syncs_per_step >= 1:
+        f.append(Finding("warning" if s.syncs_per_step >= 10 else "info", "host-syncs",
+                         f"{s.syncs_per_step:.0f} .item() calls per step (host syncs on a GPU)",
+                         "aten::item / aten::_local_scalar_dense calls outside data loading and the optimizer",
+                         "on a GPU each one makes the CPU wait for all queued kernels; keep metrics on the device "
+                         "and read them once per epoch"))
+    if busy is not None:
+        if busy >= HEALTHY_UTIL_PCT / 100:
+            f.append(Finding("ok", "healthy", f"the GPU is busy {busy:.0%} of the step", s.device.note,
+                             "next: more work per kernel (mixed precision, larger batch)"))
+            verdict = verdict or "healthy"
+        else:
+            f.append(Finding("warning", "gpu-idle", f"the GPU is busy only {busy:.0%} of the step", s.device.note,
+                             "the host does not feed it fast enough: see the findings above"))
+    elif s.device.profiled and not s.device.ok:
+        f.append(Finding("warning", "no-device-events", "no GPU events were recorded", s.device.note,
+                         "check CUPTI (pip's torch ships it), close other profilers, then profile again"))
+    if verdict is None:
+        top = ", ".join(f"{o.name} {o.self_cpu_s / max(s.total_s, 1e-12):.0%}" for o in s.ops[:3])
+        f.append(Finding("ok", "compute-bound", "the step's time goes to its operators' own work",
+                         f"top operators by self CPU time: {top}",
+                         "this is the expected end state: speed now comes from less or cheaper math (mixed "
+                         "precision, a better kernel, a GPU)"))
+        verdict = "compute-bound" if busy is None else "gpu-idle"
+    return Verdict(verdict, tuple(f), "torch.profiler")
