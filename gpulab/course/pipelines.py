@@ -29,6 +29,7 @@ import math
 from typing import Any, Iterator, Literal
 
 from .._check import flag, whole
+from .augment import augment_batch
 from .images import MEAN, STD, ImageSet
 
 __all__ = ['torch_loader', 'CachedLoader', 'cached_loader', 'tf_dataset', 'AREA', 'ASPECT']
@@ -153,7 +154,8 @@ class CachedLoader:
         for i in range(len(self)):
             idx = order[i * self.batch_size:(i + 1) * self.batch_size]
             x = self.pixels[idx].float().div_(255)
-            x = self._random_resized_crop(x) if self.augment else self._resize(x)
+            x = (augment_batch(x, size=self.crop, scale=AREA, ratio=ASPECT, generator=self._gen) if self.augment
+                 else self._resize(x))
             yield (x - self._mean) / self._std, self.labels[idx]
 
     def _resize(self, x: Any) -> Any:
@@ -162,25 +164,6 @@ class CachedLoader:
         if x.shape[-1] == self.crop:
             return x
         return F.interpolate(x, size=(self.crop, self.crop), mode="bilinear", antialias=True, align_corners=False)
-
-    def _random_resized_crop(self, x: Any) -> Any:
-        """Per image: a crop of AREA share of the image with aspect in ASPECT, resized to crop x crop,
-        flipped with probability 1/2 - one affine grid per image, sampled for the batch at once."""
-        import torch
-        import torch.nn.functional as F
-
-        n, dev, g = x.shape[0], x.device, self._gen
-        area = torch.empty(n, device=dev).uniform_(*AREA, generator=g)
-        log_ratio = torch.empty(n, device=dev).uniform_(math.log(ASPECT[0]), math.log(ASPECT[1]), generator=g)
-        w = torch.sqrt(area * log_ratio.exp()).clamp(max=1.0)        # width and height as shares of the image
-        h = torch.sqrt(area / log_ratio.exp()).clamp(max=1.0)
-        cx = (torch.rand(n, device=dev, generator=g) * 2 - 1) * (1 - w)   # centre, in [-1, 1] coordinates
-        cy = (torch.rand(n, device=dev, generator=g) * 2 - 1) * (1 - h)
-        flip = torch.where(torch.rand(n, device=dev, generator=g) < 0.5, -1.0, 1.0)
-        theta = torch.zeros(n, 2, 3, device=dev)
-        theta[:, 0, 0], theta[:, 0, 2], theta[:, 1, 1], theta[:, 1, 2] = w * flip, cx, h, cy
-        grid = F.affine_grid(theta, [n, x.shape[1], self.crop, self.crop], align_corners=False)
-        return F.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False)
 
     def __repr__(self) -> str:
         return (f"CachedLoader({self.pixels.shape[0]} images decoded once in {self.prepare_s:.2f} s, "
