@@ -8,6 +8,7 @@ may import ``gpulab.course``, and only when an old name is asked for.
 
 Example:
     >>> import warnings, gpulab as gl
+    >>> _warned.discard("cpu_contention")              # each name warns once per process
     >>> with warnings.catch_warnings(record=True) as caught:
     ...     warnings.simplefilter("always")
     ...     f = gl.cpu_contention

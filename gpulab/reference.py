@@ -91,6 +91,11 @@ PUBLISHED: dict[str, Published] = {p.key: p for p in (
               "A100 datasheet lists 'PCIe Gen4: 64 GB/s', both directions together.", 31.5, 32, " GB/s",
               "PCIe Gen4 x16 GPUs (e.g. A100 PCIe, L4)", "NVIDIA A100 datasheet",
               "https://www.nvidia.com/en-us/data-center/a100/", "2026-11", "Per direction. Date: when checked."),
+    Published("pcie-gen5-x16", "Theoretical PCIe 5.0 x16 bandwidth per direction (32 GT/s x 16 lanes, 128b/130b "
+              "encoding); NVIDIA's H100 datasheet lists 'PCIe Gen5: 128 GB/s', both directions together.", 63, 64,
+              " GB/s", "PCIe Gen5 x16 GPUs (e.g. H100 SXM and PCIe)", "NVIDIA H100 datasheet",
+              "https://www.nvidia.com/en-us/data-center/h100/", "2026-11",
+              "Per direction; 504 Gbit/s = 63 GB/s after encoding. Date: when checked."),
     Published("pinned-pcie-gen3", "Page-locked (pinned) host memory gives the highest host-device bandwidth: "
               "roughly 12 GB/s on PCIe x16 Gen3 cards. Pageable transfers are staged through a pinned buffer.",
               12, 12, " GB/s", "PCIe x16 Gen3 GPUs", "NVIDIA CUDA C++ Best Practices Guide, 'Pinned Memory'",

@@ -2,6 +2,8 @@
 real (tiny) copy timed by gpulab.timing.benchmark."""
 from __future__ import annotations
 
+import types
+
 import pytest
 
 from gpulab.course.bandwidth import TransferSweep, default_ceilings, transfer_sweep
@@ -54,7 +56,7 @@ def test_table_text_has_one_unit_per_column_and_the_ceiling_share():
 
 def test_default_ceilings_published_links_on_cuda_measured_copy_elsewhere():
     cuda = default_ceilings(None, "cuda:0")
-    assert cuda == pytest.approx({"PCIe Gen3 x16": 15.75e9, "PCIe Gen4 x16": 31.5e9})
+    assert cuda == pytest.approx({"PCIe Gen3 x16": 15.75e9, "PCIe Gen4 x16": 31.5e9, "PCIe Gen5 x16": 63e9})
     calls = []
     cpu = default_ceilings(fake_measure(calls), "cpu", ceiling_bytes=256 * MiB)
     assert calls == [(256 * MiB, False, "cpu", 0.3)]
@@ -99,3 +101,23 @@ def test_bad_input_is_refused_before_measuring(kwargs, error, match):
     with pytest.raises(error, match=match):
         transfer_sweep(**kwargs)
     assert calls == []
+
+
+def test_default_ceilings_are_never_exceeded_by_the_sweep(monkeypatch):
+    from gpulab.course import bandwidth
+
+    # CPU: a cached small copy beats the copy from memory -> the fastest copy becomes the ceiling
+    monkeypatch.setattr(bandwidth, "default_ceilings", lambda measure, device: {"host copy ceiling": 1e9})
+    sweep = transfer_sweep(fake_measure([]), [KiB, 64 * MiB], device="cpu")
+    assert [name for name, _ in sweep.ceilings] == ["fastest copy measured"]
+    assert max(sweep.to_dataframe()["share_of_fastest copy measured"]) == pytest.approx(1.0)
+    # CUDA: links slower than a measured copy are not this card's link
+    links = {"PCIe Gen3 x16": 15.75e9, "PCIe Gen4 x16": 31.5e9, "PCIe Gen5 x16": 63e9}
+    monkeypatch.setattr(bandwidth, "default_ceilings", lambda measure, device: dict(links))
+    fast = lambda n, pinned=False, device=None, min_run_time=0.0: types.SimpleNamespace(
+        median_s=n / 20e9, min_s=n / 20e9, bytes_moved=n, noisy=False)
+    sweep = transfer_sweep(fast, [MiB], device="cuda", pinned=(False,))
+    assert [name for name, _ in sweep.ceilings] == ["PCIe Gen4 x16", "PCIe Gen5 x16"]
+    # given ceilings are kept as they are
+    sweep = transfer_sweep(fast, [MiB], device="cuda", pinned=(False,), ceilings={"link": 10e9})
+    assert [name for name, _ in sweep.ceilings] == ["link"]

@@ -14,7 +14,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
-KERNEL = {"name": "gpulab", "display_name": "Python 3 (gpulab)", "language": "python"}
+# "python3" is the name Colab recognises; `make install` registers the course kernel (its environment: quiet logs)
+# under that name inside the course venv, where it takes the place of the plain one.
+KERNEL = {"name": "python3", "display_name": "Python 3 (gpulab)", "language": "python"}
+# Colab opens the notebook on a GPU runtime (a T4 is the one free tier offers).
+COLAB = {"accelerator": "GPU", "colab": {"gpuType": "T4", "provenance": []}}
 
 
 def repo_url() -> str:
@@ -60,8 +64,11 @@ def problems(path: Path) -> list[str]:
         out.append(f"{path.name}: first cell lacks the badge {badge(path.name)}")
     if not any(install_line() in src(c) for c in cells if c["cell_type"] == "code"):
         out.append(f"{path.name}: no setup cell with {install_line()}")
-    if nb.get("metadata", {}).get("kernelspec", {}).get("name") != KERNEL["name"]:
+    meta = nb.get("metadata", {})
+    if meta.get("kernelspec", {}).get("name") != KERNEL["name"]:
         out.append(f"{path.name}: kernelspec is not the course kernel {KERNEL['name']!r}")
+    if meta.get("accelerator") != COLAB["accelerator"] or meta.get("colab", {}).get("gpuType") != COLAB["colab"]["gpuType"]:
+        out.append(f"{path.name}: metadata does not open a GPU runtime on Colab ({COLAB})")
     if any(c.get("outputs") or c.get("execution_count") for c in cells if c["cell_type"] == "code"):
         out.append(f"{path.name}: has stored outputs (clear them before committing)")
     return out
@@ -75,7 +82,10 @@ def sync(path: Path) -> None:
         new = _INSTALL.sub(install_line(), new)
         if new != text:
             c["source"] = new.splitlines(keepends=True)
-    nb.setdefault("metadata", {})["kernelspec"] = KERNEL
+    meta = nb.setdefault("metadata", {})
+    meta["kernelspec"] = KERNEL
+    meta["accelerator"] = COLAB["accelerator"]
+    meta["colab"] = {**meta.get("colab", {}), **COLAB["colab"]}
     path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
 
 

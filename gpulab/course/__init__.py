@@ -7,10 +7,18 @@ toolkit (``gpulab``); the toolkit never imports it.
 - ``images``, ``downloads``, ``pipelines``, ``dali``: image sets on disk and the lesson's input pipelines
 - ``precision``, ``accumulation``, ``batching``, ``runs``: the per-lesson demonstrations and sweeps
 - ``bandwidth``: lesson 02's host-to-device copy sweep; ``oom_fixes``: lesson 09's fix ladder as training settings
+- ``streams``: lesson 02's CUDA streams: copy/compute overlap, the stale read of a non-blocking copy
 - ``augment``: batched image augmentation on the batch's device (lessons 06 and 08)
 - ``keras``: starting TensorFlow and Keras in a lesson (Triton first, GPU memory on demand, quiet, seeded)
 - ``published``: the learner's figures beside published ones, the closing table of each lesson
-- ``checks``: exercise self-checks
+- ``checks``: exercise self-checks, measured challenges, reference solutions that run only in CI
+- ``narrate``: interpretations written per device and filled with the measured figures
+- ``tf32``: PyTorch's TF32 switches set and restored, and the fp32 step's ceiling on Ampere+
+- ``optimizer_step``: one optimizer step per effective batch (unscale, clip, schedule, uneven last window)
+- ``amdahl``: lesson 00's step of a serial host part and a parallel device part, timed against Amdahl's law
+- ``nvidia_smi``: lesson 01's nvidia-smi, run where it exists or shown as a labelled illustration
+- ``no_sync``: DDP gradient accumulation with ``no_sync()`` checked in one process (lesson 07's exercise)
+- ``comm_overlap``: how much of DDP's NCCL all-reduce ran beside compute kernels, from a profiler trace
 - ``scripts``: the scripts the multi-GPU lesson launches with torchrun
 
 Example:
@@ -18,26 +26,43 @@ Example:
     >>> course.check("two plus two", 2 + 2, 4)
     [ok] two plus two: 4 is right
 """
-from . import models
+from . import models, scripts
+from .narrate import Narration, narrate
+from .amdahl import SerialParallelStep, python_work, serial_parallel_step
+from .nvidia_smi import SmiHeader, SmiOutput, nvidia_smi, smi_header
 from .accumulation import GradientCheck, checkpointed, compare_gradients, micro_batch_gradients
 from .augment import augment_batch
 from .bandwidth import TransferPoint, TransferSweep, default_ceilings, transfer_sweep
 from .batching import BatchRun, BatchSweep, batch_sweep, scale_lr, train_at_batch_size, warmup_factor
-from .checks import Check, check
+from .checks import SOLUTIONS_ENV, Challenge, Check, NotAnswered, challenge, check, solutions
 from .dali import DaliLoader, DaliPlan, dali_available, dali_loader, dali_plan, dali_tf_available, dali_tf_dataset
+from .dali import check_dali, dali_tolerance
+from .no_sync import NoSyncCheck, check_no_sync, no_sync_loss, no_sync_nullcontext
+from .comm_overlap import CommOverlap, comm_overlap, profile_comm_overlap
 from .downloads import real_images
 from .images import CorruptDataError, ImageSet, data_dir, synthetic_images
 from .keras import KerasSetup, start_keras
 from .oom_fixes import fix_settings, ladder_rungs
+from .streams import OverlapTiming, StaleRead, copy_compute_overlap, stale_read
 from .pipelines import CachedLoader, cached_loader, tf_dataset, torch_loader
 from .precision import UnderflowReport, float_formats, gradient_underflow, keras_cnn, keras_step_times, matmul_sweep
 from .published import Cited, Measured, YourNumbers, cite, datasheet, measured, published_curve, your_numbers
 from .runs import RunComparison, compare_runs, pattern_batch, train_interleaved
+from .tf32 import fp32_step_ceiling, tf32, tf32_flags, tf32_supported
+from .optimizer_step import (EpochReport, StepReport, accumulate_epoch, effective_batch_step, evaluate_autocast,
+                             training_state)
 from .training import TrainConfig, TrainResult, accumulated_gradients, evaluate, train, train_step
+from .verdicts import VERDICT_MEANING, verdict_story
+from .allocator import (AllocatorRun, TFOOM, TF_OOM_EXAMPLE, alloc_conf, allocator_probe, allowed_bytes, parse_tf_oom,
+                        tf_limit_gpu_memory)
+from .memory_fit import FitChallenge, fit_challenge
 
 __all__ = [
-    "models", "TrainConfig", "TrainResult", "train", "train_step", "accumulated_gradients", "evaluate",
-    "check", "Check",
+    "serial_parallel_step", "SerialParallelStep", "python_work",
+    "nvidia_smi", "SmiOutput", "smi_header", "SmiHeader",
+    "models", "scripts", "TrainConfig", "TrainResult", "train", "train_step", "accumulated_gradients", "evaluate",
+    "check", "Check", "NotAnswered", "challenge", "Challenge", "solutions", "SOLUTIONS_ENV",
+    "narrate", "Narration",
     "float_formats", "gradient_underflow", "UnderflowReport", "keras_cnn", "keras_step_times", "matmul_sweep",
     "micro_batch_gradients", "compare_gradients", "GradientCheck", "checkpointed",
     "train_interleaved", "compare_runs", "RunComparison", "pattern_batch",
@@ -46,8 +71,17 @@ __all__ = [
     "torch_loader", "cached_loader", "CachedLoader", "tf_dataset",
     "dali_loader", "DaliLoader", "dali_plan", "DaliPlan", "dali_tf_dataset", "dali_available", "dali_tf_available",
     "augment_batch",
+    "check_dali", "dali_tolerance",
+    "check_no_sync", "NoSyncCheck", "no_sync_loss", "no_sync_nullcontext",
+    "comm_overlap", "CommOverlap", "profile_comm_overlap",
     "transfer_sweep", "TransferSweep", "TransferPoint", "default_ceilings",
     "start_keras", "KerasSetup",
     "fix_settings", "ladder_rungs",
+    "copy_compute_overlap", "OverlapTiming", "stale_read", "StaleRead",
+    "tf32", "tf32_flags", "tf32_supported", "fp32_step_ceiling",
+    "effective_batch_step", "StepReport", "accumulate_epoch", "EpochReport", "training_state", "evaluate_autocast",
+    "verdict_story", "VERDICT_MEANING",
+    "alloc_conf", "allowed_bytes", "allocator_probe", "AllocatorRun", "tf_limit_gpu_memory", "parse_tf_oom", "TFOOM",
+    "TF_OOM_EXAMPLE", "fit_challenge", "FitChallenge",
     "your_numbers", "YourNumbers", "measured", "Measured", "cite", "Cited", "datasheet", "published_curve",
 ]

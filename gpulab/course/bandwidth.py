@@ -154,19 +154,32 @@ def _kind(device: Any) -> str:
 def default_ceilings(measure: Callable[..., Any], device: Any, *, ceiling_bytes: int = 256 * MiB,
                      min_run_time: float = 0.3) -> dict[str, float]:
     """The ceilings a copy to ``device`` is read against, in bytes per second: on a CUDA device the published
-    per-direction rates of PCIe Gen3 and Gen4 x16 links; elsewhere the same single-threaded copy at
-    ``ceiling_bytes`` (far beyond the CPU's caches), timed now with ``measure``, fastest run.
+    per-direction rates of PCIe Gen3, Gen4 and Gen5 x16 links (T4; A100 PCIe and L4; H100); elsewhere the same
+    single-threaded copy at ``ceiling_bytes`` (far beyond the CPU's caches), timed now with ``measure``, fastest run.
 
     Example:
         >>> round(default_ceilings(None, "cuda")["PCIe Gen3 x16"] / 1e9, 2)
         15.75
     """
     if _kind(device) == "cuda":
-        return {f"PCIe {g} x16": published(f"pcie-{g.lower()}-x16").low * 1e9 for g in ("Gen3", "Gen4")}
+        return {f"PCIe {g} x16": published(f"pcie-{g.lower()}-x16").low * 1e9 for g in ("Gen3", "Gen4", "Gen5")}
     if not callable(measure):
         raise TypeError(f"measure must be a function like gl.transfer.measure_transfer, got {measure!r}")
     m = measure(whole("ceiling_bytes", ceiling_bytes), device=device, min_run_time=min_run_time)
     return {"host copy ceiling": m.bytes_moved / m.min_s}
+
+
+def _fit_ceilings(ceilings: dict[str, float], fastest: float, kind: str) -> dict[str, float]:
+    """Default ceilings no copy of the sweep exceeds (a share of a ceiling is never above 100%): on CUDA the links
+    slower than a copy that was measured are not this card's link and are dropped (the fastest link stays); on
+    other devices, when a copy small enough to stay in the CPU's caches beat the copy from memory, the ceiling
+    is the fastest copy measured."""
+    if kind == "cuda":
+        kept = {name: c for name, c in ceilings.items() if c >= fastest}
+        return kept or dict([max(ceilings.items(), key=lambda item: item[1])])
+    if all(c >= fastest for c in ceilings.values()):
+        return ceilings
+    return {"fastest copy measured": fastest}
 
 
 def transfer_sweep(measure: Callable[..., Any], sizes_bytes: Sequence[int], *, device: Any = None,
@@ -180,7 +193,10 @@ def transfer_sweep(measure: Callable[..., Any], sizes_bytes: Sequence[int], *, d
         device: where the copies go (default: the lesson's device, :func:`gpulab.device`).
         pinned: which kinds of host memory to time; default ``(False, True)`` on CUDA, ``(False,)`` elsewhere
             (pinned memory is a service of the CUDA driver).
-        ceilings: name -> bytes per second to read each copy against; default :func:`default_ceilings`.
+        ceilings: name -> bytes per second to read each copy against; default :func:`default_ceilings`, keeping
+            only ceilings that no copy of the sweep exceeds (links slower than a measured copy are not this card's;
+            on a CPU, copies that stay in the caches can beat the copy from memory: then the fastest copy is the
+            ceiling).
 
     Example:
         >>> import gpulab as gl
@@ -205,7 +221,8 @@ def transfer_sweep(measure: Callable[..., Any], sizes_bytes: Sequence[int], *, d
     kinds = tuple(pinned) if pinned is not None else ((False, True) if kind == "cuda" else (False,))
     if not kinds or any(not isinstance(k, bool) for k in kinds) or len(set(kinds)) != len(kinds):
         raise ValueError(f"pinned must list True and/or False once each, got {pinned!r}")
-    if ceilings is None:
+    chosen = ceilings is None
+    if chosen:
         ceilings = default_ceilings(measure, device)
     if not isinstance(ceilings, Mapping):
         raise TypeError(f"ceilings must map a name to bytes per second, got {ceilings!r}")
@@ -221,6 +238,8 @@ def transfer_sweep(measure: Callable[..., Any], sizes_bytes: Sequence[int], *, d
             best = moved / m.min_s
             points.append(TransferPoint(n, p, float(m.median_s), float(m.min_s), best, bool(getattr(m, "noisy", False)),
                                         m))
+    if chosen:
+        ceilings = _fit_ceilings(dict(ceilings), max(p.best_bytes_per_s for p in points), kind)
     where = f"host to {kind}" if kind != "cpu" else "host copy, no GPU"
     return TransferSweep(tuple(points), tuple((str(k), float(v)) for k, v in ceilings.items()), str(device),
                          title or f"Copy bandwidth vs size ({where})")

@@ -9,7 +9,15 @@ from .._check import flag, whole
 from .images import ImageSet
 from .pipelines import AREA, ASPECT, _check_set, _crop, _norm
 
-__all__ = ['DaliPlan', 'dali_plan', 'DaliLoader', 'dali_available', 'dali_tf_available', 'dali_loader', 'dali_tf_dataset']
+__all__ = ['DaliPlan', 'dali_plan', 'DaliLoader', 'dali_available', 'dali_tf_available', 'dali_loader', 'dali_tf_dataset',
+           'dali_tolerance', 'check_dali', 'CPU_ATOL', 'GPU_ATOL']
+
+# Mean |difference| allowed between one unaugmented DALI batch and torchvision's, in normalised units (one grey
+# level of 255 is about 0.017 after dividing by the std). The CPU pipeline decodes with libjpeg-turbo like PIL:
+# only the resize filters differ. The GPU pipeline decodes with nvJPEG (another IDCT and chroma upsampling, so
+# pixels differ by a level or two) and resizes on the GPU: it gets a looser tolerance of its own.
+CPU_ATOL = 0.02
+GPU_ATOL = 0.06
 
 
 # ----------------------------------------------------------------------------------------------
@@ -207,3 +215,41 @@ def _dali_dataset(dali_tf: Any, tf: Any, pipe: Any, plan: DaliPlan, batch_size: 
         return dali_tf.DALIDataset(pipeline=pipe, batch_size=batch_size,
                                    output_shapes=((batch_size, channels, crop, crop), (batch_size, 1)),
                                    output_dtypes=(tf.float32, tf.int32), device_id=plan.device_id)
+
+
+def dali_tolerance(plan: DaliPlan) -> float:
+    """The mean-|difference| tolerance (normalised units) for checking ``plan``'s pipeline against torchvision:
+    :data:`CPU_ATOL` for a CPU-only pipeline, :data:`GPU_ATOL` for nvJPEG + GPU resize.
+
+    Example:
+        >>> from gpulab import course
+        >>> course.dali_tolerance(course.dali_plan("cpu")) < course.dali_tolerance(course.dali_plan("cuda"))
+        True
+    """
+    if not isinstance(plan, DaliPlan):
+        raise TypeError(f"plan must be a DaliPlan (course.dali_plan(device)), got {plan!r}")
+    return GPU_ATOL if plan.on_gpu else CPU_ATOL
+
+
+def check_dali(reference: tuple[Any, Any], images: ImageSet, *, device: Any = None, batch_size: int | None = None,
+               crop: int | None = None, names: tuple[str, str] | None = None) -> Any:
+    """Check DALI's pipeline for ``device`` (``"cpu"``: libjpeg-turbo on CPU threads; ``"cuda"``: nvJPEG and
+    GPU resize) against ``reference``, one ``(images, labels)`` batch of the same files from another loader
+    (unaugmented, unshuffled): :func:`gpulab.data.check_batches` with the plan's own tolerance
+    (:func:`dali_tolerance`). Returns the :class:`gpulab.data.BatchCheck`.
+
+    Example:
+        >>> import tempfile
+        >>> from gpulab import course
+        >>> s = course.synthetic_images(tempfile.mkdtemp() + "/s", n=8, classes=2, size=16)
+        >>> tv = next(iter(course.torch_loader(s, 8, augment=False, shuffle=False)))
+        >>> course.check_dali(tv, s, device="cpu").ok
+        True
+    """
+    from ..data.compare import check_batches
+
+    plan = dali_plan(device)
+    n = int(len(reference[1])) if batch_size is None else whole("batch_size", batch_size)
+    batch = next(iter(dali_loader(images, n, crop=crop, augment=False, shuffle=False, device=device)))
+    where = f"DALI ({'GPU: nvJPEG' if plan.on_gpu else 'CPU'})"
+    return check_batches(reference, batch, names or ("torchvision", where), atol=dali_tolerance(plan))

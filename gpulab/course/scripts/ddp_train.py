@@ -12,6 +12,8 @@ or, from a notebook, ``gl.launch("gpulab.course.scripts.ddp_train", "--steps", "
 4. measures DDP (``--steps``): every rank trains on its own shard with :func:`course.train`, gradients
    all-reduced during backward;
 5. times an all-reduce as large as the gradients (the communication each step pays);
+6. with NCCL and ``--profile-overlap``, profiles a few DDP steps with ``torch.profiler`` and reports how much of
+   the NCCL all-reduce kernels' time ran while compute kernels ran (:func:`course.profile_comm_overlap`);
 
 and hands its figures to the launcher with :func:`gpulab.distributed.report`.
 """
@@ -31,7 +33,7 @@ from gpulab import course
 from gpulab.distributed import WorkerInfo, init_worker, report, shard_indices
 
 __all__ = ["parse_args", "params_digest", "max_abs_diff", "self_checks", "baseline_alone",
-           "ddp_throughput", "allreduce_timing", "main"]
+           "ddp_throughput", "allreduce_timing", "overlap_profile", "main"]
 
 CHECK_MODEL = "mlp"  # no BatchNorm: BatchNorm normalises each rank's shard by its own statistics (see lesson 05)
 TIMED_MODELS = ("small_cnn", "resnet_small")   # 32x32 image models, trained on course.pattern_batch (a learnable task)
@@ -51,6 +53,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--baseline", action=argparse.BooleanOptionalAction, default=True,
                    help="time rank 0 training alone first")
     p.add_argument("--allreduce-reps", type=int, default=5, help="timed all-reduces of the gradients' size")
+    p.add_argument("--profile-overlap", action=argparse.BooleanOptionalAction, default=False,
+                   help="NCCL only: profile DDP steps and report the all-reduce time hidden behind compute")
     args = p.parse_args(argv)
     for name in ("batch", "accumulation", "allreduce_reps"):
         if getattr(args, name) < 1:
@@ -220,6 +224,27 @@ def allreduce_timing(info: WorkerInfo, nbytes: int, reps: int = 5) -> dict[str, 
             "allreduce_bus_bytes_per_s": (2 * (n - 1) / n * buf.numel() * 4 / med) if n > 1 else None}
 
 
+def overlap_profile(info: WorkerInfo, args: argparse.Namespace, steps: int = 3) -> dict[str, Any]:
+    """Profile ``steps`` DDP steps (after ``--warmup`` untimed ones) on this rank's GPU and report the NCCL
+    all-reduce time and the share of it that overlapped compute kernels. NCCL (GPU) only: with gloo the
+    all-reduce runs on CPU threads, not as GPU kernels, and nothing is reported."""
+    if info.backend != "nccl":
+        return {}
+    import torch
+
+    torch.manual_seed(args.seed)
+    model = _ddp(course.models.MODELS[args.model][0](), info)
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr)
+    batch = tuple(t.to(info.device) for t in course.pattern_batch(args.batch, seed=args.seed + info.rank))
+    step = lambda: course.train_step(model, opt, batch)
+    for _ in range(args.warmup):
+        step()
+    o = course.profile_comm_overlap(step, steps=steps, device_index=info.device.index)
+    return {"overlap_steps": steps, "overlap_comm_s": o.comm_s, "overlap_hidden_s": o.overlapped_s,
+            "overlap_compute_s": o.compute_s, "overlap_hidden_share": o.hidden_share,
+            "overlap_comm_kernels": o.comm_kernels}
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run the steps the module docstring lists on this rank and return everything it reported."""
     args = parse_args(argv)
@@ -238,6 +263,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         if args.steps:
             figures = report(**ddp_throughput(info, args))
             report(**allreduce_timing(info, figures["grad_bytes"], args.allreduce_reps))
+        if args.profile_overlap:
+            try:                       # a profiler that cannot read the trace must not cost the run its figures
+                report(**overlap_profile(info, args))
+            except RuntimeError as e:
+                report(overlap_error=f"{type(e).__name__}: {e}")
         gl.distributed.barrier(info)
     finally:
         dist.destroy_process_group()

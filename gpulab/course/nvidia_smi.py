@@ -1,0 +1,150 @@
+"""Reading ``nvidia-smi`` (lesson 01): run it where it exists, or show an illustration clearly labelled as such.
+
+:func:`nvidia_smi` runs ``nvidia-smi`` with the given arguments when the NVIDIA driver's tool is on the PATH;
+elsewhere (a laptop, a CPU runtime) it returns an *illustration* of what the tool prints on a Colab T4 runtime,
+written in nvidia-smi's documented layout (not a measurement of any machine), and says so in its first line.
+:func:`smi_header` reads the versions in the report's header: the driver's version and the highest CUDA version
+that driver supports (not the CUDA toolkit installed).
+
+Example:
+    >>> from gpulab import course
+    >>> out = course.nvidia_smi(which=lambda _: None)
+    >>> out.ran
+    False
+    >>> course.smi_header(out.text).cuda_version
+    '12.4'
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+__all__ = ["SmiOutput", "SmiHeader", "nvidia_smi", "smi_header", "ILLUSTRATION_GPU"]
+
+ILLUSTRATION_GPU = "Tesla T4 on a Colab GPU runtime"
+
+# nvidia-smi's default report (driver 535 and later layout), for one T4 while a PyTorch process holds memory.
+_SMI = """\
+Tue Nov 24 01:00:00 2026
++-----------------------------------------------------------------------------------------+
+| NVIDIA-SMI 550.54.15              Driver Version: 550.54.15      CUDA Version: 12.4     |
+|-----------------------------------------+------------------------+----------------------+
+| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |
+| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |
+|                                         |                        |               MIG M. |
+|=========================================+========================+======================|
+|   0  Tesla T4                       Off |   00000000:00:04.0 Off |                    0 |
+| N/A   52C    P0             31W /   70W |    1362MiB /  15360MiB |     41%      Default |
+|                                         |                        |                  N/A |
++-----------------------------------------+------------------------+----------------------+
+
++-----------------------------------------------------------------------------------------+
+| Processes:                                                                              |
+|  GPU   GI   CI        PID   Type   Process name                              GPU Memory |
+|        ID   ID                                                               Usage      |
+|=========================================================================================|
+|    0   N/A  N/A      2817      C   /usr/bin/python3                             1358MiB |
++-----------------------------------------------------------------------------------------+
+"""
+
+# `nvidia-smi dmon -s pucm -c 5`: one line per second (power/temperature, utilisation, clocks, memory).
+_DMON = """\
+# gpu    pwr  gtemp  mtemp     sm    mem    enc    dec    jpg    ofa   mclk   pclk     fb   bar1   ccpm
+# Idx      W      C      C      %      %      %      %      %      %    MHz    MHz     MB     MB     MB
+    0     31     52      -     41     18      0      0      -      -   5000   1590   1362      5      0
+    0     58     53      -     97     44      0      0      -      -   5000   1590   1362      5      0
+    0     69     54      -    100     51      0      0      -      -   5000   1560   1362      5      0
+    0     70     55      -    100     52      0      0      -      -   5000   1530   1362      5      0
+    0     33     55      -     12      4      0      0      -      -   5000   1590   1362      5      0
+"""
+
+# `nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv`
+_APPS = """\
+pid, process_name, used_memory [MiB]
+2817, /usr/bin/python3, 1358 MiB
+"""
+
+_SAMPLES = {"": _SMI, "dmon": _DMON, "--query-compute-apps": _APPS}
+
+
+@dataclass(frozen=True)
+class SmiOutput:
+    """What ``nvidia-smi <args>`` printed here (``ran=True``), or an illustration (``ran=False``)."""
+
+    command: str
+    text: str
+    ran: bool
+    source: str          # "this machine" or what the illustration shows
+
+    def __repr__(self) -> str:
+        head = f"$ {self.command}" + ("" if self.ran else
+                                      f"\n[ILLUSTRATION, not your machine: what this prints on a {self.source}, "
+                                      "written in nvidia-smi's documented format; there is no nvidia-smi here]")
+        return head + "\n" + self.text.rstrip("\n")
+
+    def _repr_html_(self) -> str:
+        import html
+
+        return f"<pre>{html.escape(repr(self))}</pre>"
+
+
+def _sample_for(args: Sequence[str]) -> str:
+    key = next((a.split("=")[0] for a in args if a.split("=")[0] in _SAMPLES), "")
+    text = _SAMPLES[key]
+    if key == "dmon" and "-c" in args[:-1] and args[args.index("-c") + 1].isdigit():   # -c N: N samples
+        lines = text.splitlines()
+        text = "\n".join(lines[:2 + int(args[args.index("-c") + 1])]) + "\n"
+    return text
+
+
+def nvidia_smi(args: Sequence[str] = (), *, timeout_s: float = 30.0,
+               which: Callable[[str], str | None] = shutil.which) -> SmiOutput:
+    """Run ``nvidia-smi`` with ``args`` where it exists; elsewhere return the labelled T4 illustration for the
+    default report, ``dmon`` or ``--query-compute-apps=...``. ``which`` finds the tool (tests replace it).
+
+    Example:
+        >>> nvidia_smi(["dmon", "-c", "5"], which=lambda _: None).text.startswith("# gpu")
+        True
+    """
+    args = [str(a) for a in args]
+    command = " ".join(["nvidia-smi", *args])
+    exe = which("nvidia-smi")
+    if exe is None:
+        return SmiOutput(command, _sample_for(args), False, ILLUSTRATION_GPU)
+    try:
+        done = subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return SmiOutput(command, f"(no answer within {timeout_s:g} s: the driver may be hung)", True, "this machine")
+    text = done.stdout if done.returncode == 0 else (done.stdout + done.stderr)
+    return SmiOutput(command, text, True, "this machine")
+
+
+@dataclass(frozen=True)
+class SmiHeader:
+    """The versions in nvidia-smi's header. ``cuda_version`` is the highest CUDA the *driver* supports."""
+
+    driver_version: str | None
+    cuda_version: str | None
+
+
+_HEADER = re.compile(r"Driver Version:\s*(?P<driver>[\w.]+)\s+CUDA Version:\s*(?P<cuda>[\w./]+)")
+
+
+def smi_header(text: str) -> SmiHeader:
+    """The driver version and the driver's highest supported CUDA version from ``nvidia-smi``'s report
+    (``None`` where the report has none, e.g. ``"N/A"``).
+
+    Example:
+        >>> smi_header("| NVIDIA-SMI 550.54.15   Driver Version: 550.54.15   CUDA Version: 12.4 |")
+        SmiHeader(driver_version='550.54.15', cuda_version='12.4')
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be nvidia-smi's output as a string, got {type(text).__name__}")
+    m = _HEADER.search(text)
+    if m is None:
+        return SmiHeader(None, None)
+    clean = lambda v: None if v.upper() == "N/A" else v   # noqa: E731
+    return SmiHeader(clean(m["driver"]), clean(m["cuda"]))

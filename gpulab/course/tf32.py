@@ -1,0 +1,135 @@
+"""TF32: fp32 matmuls and convolutions on the tensor cores of Ampere and newer GPUs, switched on and off.
+
+TF32 keeps fp32's 8-bit exponent but rounds the inputs of a multiplication to 10 mantissa bits (fp16's
+precision); the products are summed in fp32. Only NVIDIA GPUs of compute capability 8.0 or newer have it;
+on a CPU, a T4 or a V100 the switches below exist but change nothing. PyTorch's defaults:
+``torch.backends.cuda.matmul.allow_tf32 = False`` (matmuls in full fp32, same as
+``torch.set_float32_matmul_precision("highest")``) and ``torch.backends.cudnn.allow_tf32 = True``
+(cuDNN convolutions in TF32). TensorFlow turns TF32 on for both by default on Ampere+
+(``tf.config.experimental.enable_tensor_float_32_execution``).
+
+:func:`tf32` sets both PyTorch switches inside a ``with`` block and restores them on exit;
+:func:`tf32_supported` says whether a device runs TF32; :func:`fp32_step_ceiling` picks the share-of-peak
+denominator of an fp32 training step: on Ampere+ convolutions run in TF32 by default, so their ceiling is the
+TF32 tensor-core peak, not the fp32 one.
+
+Example:
+    >>> import torch
+    >>> from gpulab import course
+    >>> with course.tf32(True):
+    ...     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    (True, True)
+    >>> course.tf32_supported("cpu")
+    False
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator, Mapping
+
+__all__ = ["tf32", "tf32_supported", "tf32_flags", "fp32_step_ceiling"]
+
+
+def tf32_flags() -> dict[str, Any]:
+    """PyTorch's TF32 switches as they are now: ``matmul`` (``torch.backends.cuda.matmul.allow_tf32``),
+    ``cudnn`` (``torch.backends.cudnn.allow_tf32``), ``matmul_precision``
+    (``torch.get_float32_matmul_precision()``) and ``cudnn_benchmark`` (``torch.backends.cudnn.benchmark``).
+
+    Example:
+        >>> sorted(tf32_flags())
+        ['cudnn', 'cudnn_benchmark', 'matmul', 'matmul_precision']
+    """
+    import torch
+
+    return {"matmul": bool(torch.backends.cuda.matmul.allow_tf32), "cudnn": bool(torch.backends.cudnn.allow_tf32),
+            "matmul_precision": torch.get_float32_matmul_precision(),
+            "cudnn_benchmark": bool(torch.backends.cudnn.benchmark)}
+
+
+@contextlib.contextmanager
+def tf32(enabled: bool, *, convolutions: bool | None = None) -> Iterator[dict[str, Any]]:
+    """Inside the block, fp32 matmuls (``torch.backends.cuda.matmul.allow_tf32``, i.e.
+    ``torch.set_float32_matmul_precision("high")`` when on, ``"highest"`` when off) and cuDNN convolutions
+    (``torch.backends.cudnn.allow_tf32``; ``convolutions`` defaults to ``enabled``) may use TF32; every
+    switch is restored on exit, even after an error. Yields the switches as set.
+
+    Example:
+        >>> import torch
+        >>> before = tf32_flags()
+        >>> with tf32(False) as flags:
+        ...     flags["matmul"], flags["cudnn"]
+        (False, False)
+        >>> tf32_flags() == before
+        True
+    """
+    if not isinstance(enabled, bool):
+        raise TypeError(f"enabled must be True or False, got {enabled!r}")
+    if convolutions is not None and not isinstance(convolutions, bool):
+        raise TypeError(f"convolutions must be True, False or None (= enabled), got {convolutions!r}")
+    import torch
+
+    saved_precision = torch.get_float32_matmul_precision()
+    saved_cudnn = torch.backends.cudnn.allow_tf32
+    try:
+        torch.set_float32_matmul_precision("high" if enabled else "highest")
+        torch.backends.cudnn.allow_tf32 = enabled if convolutions is None else convolutions
+        yield tf32_flags()
+    finally:
+        torch.set_float32_matmul_precision(saved_precision)
+        torch.backends.cudnn.allow_tf32 = saved_cudnn
+
+
+def tf32_supported(device: Any = None) -> bool:
+    """True when ``device`` (default: the current CUDA device, if any) is an NVIDIA GPU of compute
+    capability 8.0 or newer (Ampere, Ada, Hopper, ...): the ones with TF32 tensor cores.
+
+    Example:
+        >>> tf32_supported("cpu")
+        False
+    """
+    import torch
+
+    dev = torch.device(device) if device is not None else None
+    if dev is not None and dev.type != "cuda":
+        return False
+    if not torch.cuda.is_available():
+        return False
+    return tuple(torch.cuda.get_device_capability(dev)) >= (8, 0)
+
+
+def fp32_step_ceiling(measured_peaks: Mapping[str, float], *, device: Any = None, gpu: str | None = None,
+                      convolutions_tf32: bool | None = None) -> float:
+    """The FLOP/s ceiling an fp32 training step should be compared with.
+
+    ``measured_peaks`` maps dtype names (``"float32"``, ``"bfloat16"``, ``"float16"``) to the measured matmul
+    ceilings. Where TF32 does not exist (CPU, T4, V100) it is the measured fp32 ceiling. On Ampere+ with
+    cuDNN's TF32 on (``convolutions_tf32``, default ``torch.backends.cudnn.allow_tf32``) the step's
+    convolutions run on TF32 tensor cores, so the ceiling is the TF32 tensor peak of ``gpu`` from the
+    datasheet (:func:`gpulab.gpu_spec`); for a GPU not in the datasheet list, the fastest measured ceiling
+    (a 16-bit one: TF32 is never faster than 16 bits). Either is at least the measured fp32 ceiling.
+
+    Example:
+        >>> fp32_step_ceiling({"float32": 1e11, "bfloat16": 5e10}, device="cpu")
+        100000000000.0
+    """
+    import torch
+
+    if "float32" not in measured_peaks:
+        raise ValueError(f"measured_peaks must include 'float32', got {sorted(measured_peaks)}")
+    fp32 = float(measured_peaks["float32"])
+    if not tf32_supported(device):
+        return fp32
+    on = bool(torch.backends.cudnn.allow_tf32) if convolutions_tf32 is None else convolutions_tf32
+    if not on:
+        return fp32
+    spec_peak = None
+    if gpu is not None:
+        from ..reference import gpu_spec
+
+        try:
+            spec_peak = gpu_spec(gpu).tf32_tensor_flops
+        except KeyError:
+            spec_peak = None
+    if spec_peak is None:
+        spec_peak = max(float(v) for v in measured_peaks.values())
+    return max(fp32, float(spec_peak))
