@@ -52,7 +52,8 @@ def shapes(tmp_path_factory):
 
 def test_doctests():
     # Examples that need DALI or TensorFlow skip where they are absent (the lean `make compat` venv).
-    needs = {"gpulab.course.dali.dali_loader": "nvidia.dali", "gpulab.course.pipelines.tf_dataset": "tensorflow"}
+    needs = {"gpulab.course.dali.dali_loader": "nvidia.dali", "gpulab.course.dali.check_dali": "nvidia.dali",
+             "gpulab.course.pipelines.tf_dataset": "tensorflow"}
 
     def absent(package):
         try:

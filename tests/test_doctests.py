@@ -13,7 +13,8 @@ import gpulab
 
 MODULES = sorted(m.name for m in pkgutil.walk_packages(gpulab.__path__, "gpulab.")
                  if not m.name.startswith("gpulab.course.scripts."))
-NEEDS = {"gpulab.course.dali.dali_loader": "nvidia.dali", "gpulab.course.pipelines.tf_dataset": "tensorflow"}
+NEEDS = {"gpulab.course.dali.dali_loader": "nvidia.dali", "gpulab.course.dali.check_dali": "nvidia.dali",
+         "gpulab.course.pipelines.tf_dataset": "tensorflow"}
 
 
 def _absent(package: str) -> bool:
