@@ -31,7 +31,8 @@ Published figures stand beside yours with their source and hardware (``gl.publis
 # What is where
 
 The names above (``gpulab.__all__``, at most 40) are the stable toolkit. Everything else lives one level
-down, by concern: ``gl.timing``, ``gl.limits``, ``gl.roofline``, ``gl.reference``, ``gl.system``,
+down, by concern: ``gl.timing``, ``gl.limits`` (measured ceilings), ``gl.roofline``, ``gl.work`` (a call's
+FLOPs and bytes per operator), ``gl.reference``, ``gl.system``,
 ``gl.diagnosis``, ``gl.telemetry`` (Monitor, NVML), ``gl.profiling``, ``gl.memory`` (peak, breakdown,
 out-of-memory, leaks, CUDA allocator), ``gl.data`` (loader measurement), ``gl.distributed`` (torchrun,
 scaling), ``gl.transfer``, ``gl.errors``. The course's own scaffolding (reference models, synthetic data,
@@ -45,7 +46,7 @@ Example:
     True
 """
 from . import (data, diagnosis, distributed, errors, interleaved, limits, memory, plots, precision, profiling,
-               reference, roofline, session, system, tables, telemetry, timing, transfer)
+               reference, roofline, session, system, tables, telemetry, timing, transfer, work)
 from ._deprecated import deprecated_attribute, deprecated_names
 from .data import compare_loaders, measure_loader
 from .diagnosis import doctor

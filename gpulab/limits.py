@@ -1,7 +1,11 @@
 """The machine's measured limits: peak matmul FLOP/s per dtype and memory bandwidth.
 
-Optimised configurations report their share of these measured limits, not only a speedup.
-Sizes follow the device: small on CPU (seconds), large on a GPU (to fill it).
+Optimised configurations report their share of these measured limits, not only a speedup. A ceiling is
+the best this machine showed it can do: the fastest run over a sweep of matmul sizes (as the vendors' and
+the STREAM benchmarks report), and a copy much larger than any cache. :func:`machine_limits` measures once
+per device, machine and library versions while the Python process (the notebook's kernel) lives, and only
+adds to what it knows: a second call never reports a lower ceiling. When a run beats a ceiling anyway,
+:func:`ceiling_for` raises it for that table and says so, so no share of a measured ceiling exceeds 100%.
 
 Example:
     >>> import gpulab as gl
@@ -11,13 +15,14 @@ Example:
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from ._format import fmt_bytes, fmt_flops, fmt_rate, html_table, text_table
 from .timing import Env, Measurement, benchmark
 
-__all__ = ["measure_matmul", "measure_bandwidth", "MachineLimits", "machine_limits"]
+__all__ = ["measure_matmul", "measure_bandwidth", "MachineLimits", "machine_limits", "ceiling_for", "forget_limits"]
 
 _DTYPES = ("float32", "bfloat16", "float16", "float64")
 
@@ -32,7 +37,8 @@ def _torch_dtype(name: str) -> Any:
 
 def measure_matmul(n: int, dtype: str = "float32", device: Any = None, min_run_time: float = 0.5,
                    warmup: int = 2) -> Measurement:
-    """Time an ``n x n`` by ``n x n`` matmul; the Measurement carries ``flops = 2 n^3``."""
+    """Time an ``n x n`` by ``n x n`` matmul into a preallocated output (no allocation in the timed call);
+    the Measurement carries ``flops = 2 n^3``; its ``min_s`` is the fastest run."""
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"n must be a positive whole number, got {n!r}")
     import torch
@@ -42,7 +48,8 @@ def measure_matmul(n: int, dtype: str = "float32", device: Any = None, min_run_t
     dev = pick_device() if device is None else torch.device(device)
     a = torch.randn(n, n, device=dev).to(_torch_dtype(dtype))
     b = torch.randn(n, n, device=dev).to(_torch_dtype(dtype))
-    return benchmark(torch.mm, a, b, label=f"matmul {n} {dtype}", flops=2 * n**3, device=dev,
+    c = torch.empty(n, n, device=dev, dtype=a.dtype)
+    return benchmark(functools.partial(torch.mm, out=c), a, b, label=f"matmul {n} {dtype}", flops=2 * n**3, device=dev,
                      min_run_time=min_run_time, warmup=warmup, warn_noisy=False)
 
 
@@ -65,13 +72,19 @@ def measure_bandwidth(nbytes: int, device: Any = None, min_run_time: float = 0.5
 class MachineLimits:
     """Measured ceilings of one device: best matmul FLOP/s per dtype and copy bandwidth.
 
-    A ceiling is the fastest run observed (not the median): the most this machine showed it can do.
+    A ceiling is the fastest run observed (not the median) over every size measured: the most this machine
+    showed it can do. :attr:`method` says how the figures were obtained.
     """
 
     device: str
     env: Env
     matmul: tuple[Measurement, ...]
     copy: tuple[Measurement, ...]
+
+    def __post_init__(self) -> None:
+        if not self.matmul or not self.copy:
+            raise ValueError("MachineLimits needs at least one matmul and one copy measurement "
+                             "(use gl.machine_limits() to measure them)")
 
     @property
     def bandwidth_bytes_per_s(self) -> float:
@@ -80,16 +93,20 @@ class MachineLimits:
         Smaller copies that fit in caches run faster, but large tensors stream from main memory
         (DRAM or the GPU's HBM), so that is the roofline's bandwidth ceiling.
         """
-        largest = max((m for m in self.copy if m.bytes_moved), key=lambda m: m.bytes_moved)
-        return largest.bytes_moved / largest.min_s
+        top = max(m.bytes_moved or 0 for m in self.copy)
+        return max(m.bytes_moved / m.min_s for m in self.copy if m.bytes_moved == top)
 
     def peak_flops(self, dtype: str = "float32") -> float:
         """The best FLOP/s measured for ``dtype`` (fastest run over the sizes tried)."""
         got = [m.flops / m.min_s for m in self.matmul if m.label.endswith(" " + dtype) and m.flops]
         if not got:
-            measured = sorted({m.label.rsplit(" ", 1)[-1] for m in self.matmul})
-            raise KeyError(f"no matmul measured in {dtype!r}; measured: {measured}")
+            raise KeyError(f"no matmul measured in {dtype!r}; measured: {self.dtypes}: "
+                           f"gl.machine_limits(dtypes=[{dtype!r}]) adds it")
         return max(got)
+
+    def has(self, dtype: str) -> bool:
+        """Whether a ceiling was measured for ``dtype``."""
+        return dtype in self.dtypes
 
     @property
     def dtypes(self) -> list[str]:
@@ -98,6 +115,21 @@ class MachineLimits:
     def ridge_point(self, dtype: str = "float32") -> float:
         """FLOPs per byte where this machine turns compute-bound."""
         return self.peak_flops(dtype) / self.bandwidth_bytes_per_s
+
+    def fastest_16bit(self) -> str | None:
+        """The 16-bit dtype with the highest measured ceiling (None when none was measured)."""
+        half = [d for d in ("bfloat16", "float16") if self.has(d)]
+        return max(half, key=self.peak_flops) if half else None
+
+    @property
+    def method(self) -> str:
+        """How the ceilings were obtained (sizes, runs, threads, library version)."""
+        sizes = sorted({int(m.label.split()[1]) for m in self.matmul})
+        runs = sum(m.runs for m in self.matmul)
+        copy = max(self.copy, key=lambda m: m.bytes_moved or 0)
+        return (f"fastest of {runs} runs of torch.mm(out=) over n = {', '.join(map(str, sizes))} per dtype; "
+                f"{copy.label} (read + write counted), fastest of {copy.runs} runs; {self.env.threads} threads, "
+                f"torch {self.env.torch}")
 
     def _rows(self) -> list[tuple[str, str]]:
         rows = [(f"matmul {d}", fmt_flops(self.peak_flops(d))) for d in self.dtypes]
@@ -111,21 +143,45 @@ class MachineLimits:
         return pd.DataFrame([m.to_dict() for m in (*self.matmul, *self.copy)]).set_index("label")
 
     def __repr__(self) -> str:
-        return f"MachineLimits on {self.env}\n" + text_table(("limit", "measured"), self._rows())
+        return (f"MachineLimits on {self.env}\n" + text_table(("limit", "measured"), self._rows())
+                + f"\nhow: {self.method}")
 
     def _repr_html_(self) -> str:
-        return html_table(("limit", "measured"), self._rows(), caption=f"Measured limits: {self.env}")
+        return html_table(("limit", "measured"), self._rows(), caption=f"Measured limits: {self.env}",
+                          footer=f"How: {self.method}")
+
+
+_CACHE: dict[tuple[Any, ...], MachineLimits] = {}
+
+
+def _machine_key(dev: Any) -> tuple[Any, ...]:
+    from .timing import environment
+
+    env = environment(dev)
+    return (str(dev), env.device_name, env.cpu, env.threads, env.torch)
+
+
+def forget_limits() -> None:
+    """Drop every ceiling :func:`machine_limits` remembers (the next call measures again)."""
+    _CACHE.clear()
 
 
 def machine_limits(device: Any = None, dtypes: Sequence[str] | None = None, sizes: Sequence[int] | None = None,
-                   copy_bytes: int | None = None, min_run_time: float = 0.3) -> MachineLimits:
-    """Measure this device's ceilings. Defaults follow the device: CPU n=1024/2048;
-    GPU n=4096/8192; a 1 GiB copy (beyond any cache); dtypes fp32 plus bf16 where it is fast (and fp16 on CUDA).
+                   copy_bytes: int | None = None, min_run_time: float = 0.3, *, refresh: bool = False) -> MachineLimits:
+    """This device's ceilings. Defaults follow the device: a sweep of n = 512, 1024, 2048 on a CPU and
+    2048, 4096, 8192 on a GPU; a 1 GiB copy (beyond any cache); dtypes fp32, plus bf16 where the hardware has
+    it (Ampere+, AMX, AVX512-BF16), plus fp16 on CUDA.
+
+    Measured once per device, machine and torch version while this process lives: later calls measure only
+    the dtypes and sizes not measured yet, and return everything known (ceilings only ever rise).
+    ``refresh=True`` forgets and measures again.
 
     Example:
         >>> import gpulab as gl
         >>> lim = gl.machine_limits("cpu", dtypes=["float32"], sizes=[256], copy_bytes=1 << 20, min_run_time=0.05)
         >>> lim.peak_flops("float32") > 0
+        True
+        >>> gl.machine_limits("cpu", dtypes=["float32"], sizes=[256], copy_bytes=1 << 20) is lim   # remembered
         True
     """
     import torch
@@ -134,11 +190,52 @@ def machine_limits(device: Any = None, dtypes: Sequence[str] | None = None, size
 
     dev = pick_device() if device is None else torch.device(device)
     gpu = dev.type in ("cuda", "mps")
-    if dtypes is None:
-        caps = system_info(frameworks=("torch",)).capabilities
-        dtypes = ["float32"] + (["bfloat16"] if caps.bf16 else []) + (["float16"] if dev.type == "cuda" else [])
-    sizes = list(sizes or ([4096, 8192] if gpu else [1024, 2048]))
+    if dtypes is None:   # bf16 where the hardware has it (Ampere+, AMX, AVX512-BF16): measured, not assumed fast
+        info = system_info(frameworks=("torch",))
+        bf16 = info.capabilities.bf16 or (dev.type == "cpu" and "avx512_bf16" in info.cpu_flags)
+        dtypes = ["float32"] + (["bfloat16"] if bf16 else []) + (["float16"] if dev.type == "cuda" else [])
+    for d in dtypes:
+        _torch_dtype(d)
+    sizes = list(sizes or ([2048, 4096, 8192] if gpu else [512, 1024, 2048]))
     copy_bytes = copy_bytes or (1 << 30)  # larger than CPU caches (some server L3s exceed 256 MiB)
-    matmul = tuple(measure_matmul(n, d, dev, min_run_time) for d in dtypes for n in sizes)
-    copy = (measure_bandwidth(copy_bytes, dev, min_run_time),)
-    return MachineLimits(str(dev), matmul[0].env, matmul, copy)
+    key = _machine_key(dev)
+    if refresh:
+        _CACHE.pop(key, None)
+    known = _CACHE.get(key)
+    have = {m.label for m in known.matmul} if known else set()
+    have_copy = {m.bytes_moved for m in known.copy} if known else set()
+    matmul = tuple(measure_matmul(n, d, dev, min_run_time) for d in dtypes for n in sizes
+                   if f"matmul {n} {d}" not in have)
+    copy = () if 2 * (copy_bytes // 4) * 4 in have_copy else (measure_bandwidth(copy_bytes, dev, min_run_time),)
+    if known and not matmul and not copy:
+        return known
+    if known:
+        lim = MachineLimits(known.device, known.env, known.matmul + matmul, known.copy + copy)
+    else:
+        lim = MachineLimits(str(dev), matmul[0].env, matmul, copy)
+    _CACHE[key] = lim
+    return lim
+
+
+def ceiling_for(ceiling: float | None, rates: Iterable[tuple[str, float | None]], unit: str = "FLOP/s",
+                measured_by: str | None = None) -> tuple[float | None, str | None]:
+    """The ceiling a table divides by: ``ceiling``, unless a row ran faster, in which case that row's rate
+    becomes the ceiling and the returned note says so (a measured ceiling is a lower bound on what the
+    machine can do, so a faster run is the better estimate). Shares computed with it never exceed 100%.
+    ``measured_by`` names what measured the ceiling (default: the matmul or the copy benchmark).
+
+    Example:
+        >>> from gpulab.limits import ceiling_for
+        >>> ceiling_for(100e9, [("mlp", 132e9), ("cnn", 50e9)])
+        (132000000000.0, "ceiling raised from the measured 100 GFLOP/s to 132 GFLOP/s: 'mlp' ran faster than the matmul benchmark")
+        >>> ceiling_for(100e9, [("cnn", 50e9)])
+        (100000000000.0, None)
+    """
+    if ceiling is None:
+        return None, None
+    best = max(((label, r) for label, r in rates if r is not None), key=lambda x: x[1], default=None)
+    if best is None or best[1] <= ceiling:
+        return ceiling, None
+    by = measured_by or ("the matmul benchmark" if "FLOP" in unit else "the copy benchmark")
+    return float(best[1]), (f"ceiling raised from the measured {fmt_rate(ceiling, unit)} to {fmt_rate(best[1], unit)}: "
+                            f"{best[0]!r} ran faster than {by}")

@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 
 from ._check import table_rows
 from ._format import TableView, NA, fmt_bytes, fmt_number, fmt_rate, html_table, text_table
+from .limits import ceiling_for
 from .reference import Published, published
 from .timing import Measurement
 
@@ -49,6 +50,10 @@ class Comparison(TableView):
     peak_flops: float | None = None
     peak_bandwidth: float | None = None
     published: Mapping[str, Published] = field(default_factory=dict)
+    # the ceilings the shares divide by: the given ones, raised to a row's rate when it ran faster
+    flops_ceiling: float | None = field(init=False)
+    bandwidth_ceiling: float | None = field(init=False)
+    ceiling_notes: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
         table_rows(self.measurements, Measurement, "gl.benchmark", self.baseline, self.published)
@@ -56,6 +61,11 @@ class Comparison(TableView):
             v = getattr(self, name)
             if v is not None and not (isinstance(v, (int, float)) and v > 0 and math.isfinite(v)):
                 raise ValueError(f"{name} must be a positive rate per second, got {v!r}")
+        flops, n1 = ceiling_for(self.peak_flops, [(m.label, m.flops_per_s) for m in self.measurements])
+        bw, n2 = ceiling_for(self.peak_bandwidth, [(m.label, m.bytes_per_s) for m in self.measurements], "B/s")
+        object.__setattr__(self, "flops_ceiling", flops)
+        object.__setattr__(self, "bandwidth_ceiling", bw)
+        object.__setattr__(self, "ceiling_notes", tuple(n for n in (n1, n2) if n))
 
     def measurement(self, label: str) -> Measurement:
         for m in self.measurements:
@@ -83,11 +93,11 @@ class Comparison(TableView):
                 "speedup": self.speedup(m.label),
                 "peak_memory_bytes": m.peak_memory_bytes,
                 "flops_per_s": m.flops_per_s,
-                "fraction_of_peak_flops": (m.flops_per_s / self.peak_flops
-                                           if self.peak_flops and m.flops_per_s is not None else None),
+                "fraction_of_peak_flops": (m.flops_per_s / self.flops_ceiling
+                                           if self.flops_ceiling and m.flops_per_s is not None else None),
                 "bytes_per_s": m.bytes_per_s,
-                "fraction_of_peak_bandwidth": (m.bytes_per_s / self.peak_bandwidth
-                                               if self.peak_bandwidth and m.bytes_per_s is not None else None),
+                "fraction_of_peak_bandwidth": (m.bytes_per_s / self.bandwidth_ceiling
+                                               if self.bandwidth_ceiling and m.bytes_per_s is not None else None),
                 "noisy": m.noisy,
                 "published": str(pub) if pub else None,
             })
@@ -118,10 +128,10 @@ class Comparison(TableView):
             r += [fmt_bytes(m.peak_memory_bytes)] if show_mem else []
             r += [fmt_rate(m.flops_per_s, "FLOP/s")] if show_flops else []
             if show_flops and self.peak_flops:
-                r += [NA if m.flops_per_s is None else f"{m.flops_per_s / self.peak_flops:.0%}"]
+                r += [NA if m.flops_per_s is None else f"{m.flops_per_s / self.flops_ceiling:.0%}"]
             r += [fmt_rate(m.bytes_per_s)] if show_bw else []
             if show_bw and self.peak_bandwidth:
-                r += [NA if m.bytes_per_s is None else f"{m.bytes_per_s / self.peak_bandwidth:.0%}"]
+                r += [NA if m.bytes_per_s is None else f"{m.bytes_per_s / self.bandwidth_ceiling:.0%}"]
             if self.published:
                 p = self.published.get(m.label)
                 r += [f"{p.figure} ({p.hardware}; {p.source})" if p else ""]
@@ -129,9 +139,10 @@ class Comparison(TableView):
         env = ms[0].env
         notes = [f"times in {unit} per call, median of runs; measured on {env}"]
         if self.peak_flops or self.peak_bandwidth:
-            peaks = [fmt_rate(self.peak_flops, "FLOP/s")] if self.peak_flops else []
-            peaks += [fmt_rate(self.peak_bandwidth)] if self.peak_bandwidth else []
+            peaks = [fmt_rate(self.flops_ceiling, "FLOP/s")] if self.flops_ceiling else []
+            peaks += [fmt_rate(self.bandwidth_ceiling)] if self.bandwidth_ceiling else []
             notes.append("peak = this machine's measured limit: " + ", ".join(peaks))
+            notes += list(self.ceiling_notes)
         if any(m.noisy for m in ms):
             notes.append("* noisy: IQR above 10% of the median - re-run before trusting small differences")
         return header, rows, "; ".join(notes)

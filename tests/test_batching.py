@@ -44,7 +44,11 @@ def test_knee_best_and_speedup_from_fixed_measurements():
     assert s.speedup(8) == pytest.approx(3.2) and s.speedup(8, over=4) == pytest.approx(320 / 300)
     assert s.memory_per_item_bytes == pytest.approx(50) and s.fixed_memory_bytes == pytest.approx(50)
     df = s.to_dataframe()
-    assert df.loc[8, "pct_of_peak_flops"] == pytest.approx(100 * 8e9 * 40 / 1e11)
+    # 8e9 FLOPs at 40 steps/s = 320 GFLOP/s beats the 100 GFLOP/s "peak": the ceiling is raised, not exceeded
+    assert df.loc[8, "pct_of_peak_flops"] == pytest.approx(100) and s.flops_ceiling == pytest.approx(3.2e11)
+    assert "ceiling raised from the measured 100 GFLOP/s" in repr(s) and "'batch 8'" in s.ceiling_note
+    assert course.BatchSweep(tuple(ms), peak_flops=1e12).to_dataframe().loc[8, "pct_of_peak_flops"] == \
+        pytest.approx(100 * 8e9 * 40 / 1e12)
     assert math.isnan(df.loc[1, "pct_of_peak_flops"]) or df.loc[1, "pct_of_peak_flops"] is None
     text = repr(s)
     assert text.startswith("Batch sweep on cpu: best 8") and "knee 4" in text and len(text.splitlines()) <= 10

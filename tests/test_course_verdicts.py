@@ -22,10 +22,10 @@ def test_story_is_built_from_the_verdicts_measured():
     assert "- **slow loop**: *input-bound*: 61% of step time in data loading" in cpu
     assert "*fix 1* moved the verdict from *input-bound* to *compute-bound*" in cpu
     assert "*fix 2* left it at *compute-bound*" in cpu and "On a CPU" in cpu
-    gpu = str(course.verdict_story([summary("slow", "input-bound", "x"), summary("f", "launch-bound", "y"),
+    gpu = str(course.verdict_story([summary("slow", "input-bound", "x"), summary("f", "overhead-bound", "y"),
                                     summary("g", "healthy", "z")], kind="cuda"))
-    assert "*input-bound* → *launch-bound* → *healthy*" in gpu and "On a GPU" in gpu
-    assert "input-bound → launch-bound → compute-bound" not in cpu.replace("*", "")
+    assert "*input-bound* → *overhead-bound* → *healthy*" in gpu and "On a GPU" in gpu
+    assert "input-bound → overhead-bound → compute-bound" not in cpu.replace("*", "")
     assert "no conclusion" in str(course.verdict_story([a, b], kind="cpu", noisy=True))
 
 

@@ -577,6 +577,9 @@ def test_compare_loaders_table():
     mixed = gl.compare_loaders([slow, fast], limit_items_per_s={"fast": fast.items_per_s})   # one limit per step
     assert mixed.fraction_of_limit("fast") == pytest.approx(1.0) and mixed.fraction_of_limit("slow") is None
     assert "N/A" in repr(mixed)
+    beaten = gl.compare_loaders([slow, fast], limit_items_per_s=fast.items_per_s / 2)   # a loader beat the limit
+    assert beaten.fraction_of_limit("fast") == pytest.approx(1.0) and beaten.limit("slow") == fast.items_per_s
+    assert "compute-only limit raised" in repr(beaten) and "'fast' ran faster than the same step" in repr(beaten)
     with pytest.raises(ValueError, match="unknown label"):
         gl.compare_loaders([fast], limit_items_per_s={"nope": 1.0})
     with pytest.raises(ValueError):

@@ -64,14 +64,19 @@ def test_phases_shares_and_input_bound_verdict(tmp_path):
     assert "sleepy data" in repr(s) and "<table" in s._repr_html_()
 
 
-def test_launch_bound_and_compute_bound():
+def test_overhead_bound_and_the_fallback_without_ceilings():
     tiny = gpulab.profile(_annotated_step(tiny_ops=400), steps=2, warmup=1, trace=False)
     assert tiny.op_calls_per_step >= 400 and tiny.median_op_s < P.TINY_OP_S
-    assert tiny.verdict.verdict == "launch-bound"
-    big = gpulab.profile(_annotated_step(big=768), steps=2, warmup=1, trace=False)
-    assert big.op_calls_per_step < 50
+    assert tiny.verdict.verdict == "overhead-bound" and tiny.roofline.efficiency < 0.5
+    assert tiny.work.ops >= 400 and tiny.limits is gpulab.machine_limits("cpu")     # measured once, remembered
+    # without ceilings the thresholds decide, and the verdict says it was not checked against a roofline
+    big = gpulab.profile(_annotated_step(big=768), steps=2, warmup=1, trace=False, limits=False)
+    assert big.op_calls_per_step < 50 and big.roofline is None
     assert big.verdict.verdict == "compute-bound" and big.trace_path is None
+    assert "not checked against a roofline" in big.verdict.findings[-1].message
     assert big.top(3).index[0].startswith("aten::")
+    uncounted = gpulab.profile(_annotated_step(), steps=2, warmup=0, trace=False)
+    assert uncounted.work is None and uncounted.roofline is None
 
 
 def test_item_calls_counted_outside_data_and_optimizer():
@@ -216,7 +221,7 @@ def test_gpu_verdicts_on_fabricated_profiles():
     launch = _fabricated(device=DeviceCheck(True, 3000, 0.02, 3e-6, "3000 device events recorded"),
                          op_calls_per_step=3000.0)
     v = diagnose_profile(launch)
-    assert v.verdict == "launch-bound" and "kernels per step" in v.findings[0].evidence
+    assert v.verdict == "overhead-bound" and "kernels per step" in v.findings[0].evidence
     lost = _fabricated(device=DeviceCheck(True, 0, None, None, "device events not recorded although ..."))
     assert "no-device-events" in diagnose_profile(lost).codes
     # on a GPU the host-side op rule does not fire: many short host calls are normal there

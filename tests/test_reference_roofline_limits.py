@@ -205,3 +205,45 @@ def test_plots_return_axes():
     ax2 = gl.plots.plot_amdahl(gl.fit_amdahl([1, 2], [1.0, 0.6]))
     assert ax2.get_ylabel().startswith("speedup")
     assert not math.isnan(ax2.get_lines()[0].get_ydata()[0])
+
+
+def test_machine_limits_are_remembered_and_only_rise():
+    from gpulab.limits import forget_limits
+
+    kw = dict(dtypes=["float32"], copy_bytes=1 << 22, min_run_time=0.02)
+    first = gl.machine_limits("cpu", sizes=[64], **kw)
+    assert gl.machine_limits("cpu", sizes=[64], **kw) is first                     # remembered: not measured again
+    more = gl.machine_limits("cpu", sizes=[64, 96], **kw)                           # only n=96 is new
+    assert {m.label for m in more.matmul} >= {"matmul 64 float32", "matmul 96 float32"}
+    assert more.peak_flops() >= first.peak_flops()                                  # a ceiling never drops
+    assert "fastest of" in more.method and "n = " in more.method and "how:" in repr(more)
+    again = gl.machine_limits("cpu", sizes=[64], refresh=True, **kw)
+    assert again is not first and [m.label for m in again.matmul] == ["matmul 64 float32"]
+    forget_limits()
+    with pytest.raises(ValueError, match="unknown dtype"):
+        gl.machine_limits("cpu", dtypes=["int4"], sizes=[64])
+    with pytest.raises(ValueError, match="at least one"):
+        gl.MachineLimits("cpu", first.env, (), first.copy)
+
+
+def test_ceiling_for_raises_a_beaten_ceiling():
+    from gpulab.limits import ceiling_for
+
+    assert ceiling_for(None, [("a", 5.0)]) == (None, None)
+    assert ceiling_for(10.0, [("a", 5.0), ("b", None)]) == (10.0, None)
+    top, note = ceiling_for(10.0, [("a", 5.0), ("b", 13.0)])
+    assert top == 13.0 and "'b' ran faster than the matmul benchmark" in note
+
+
+def test_comparison_shares_never_exceed_100_percent():
+    env = gl.timing.environment("cpu")
+    fast = gl.Measurement("fast", (0.001,), 1, "cpu", 1, env, "cpu", 0, flops=2e8)    # 200 GFLOP/s
+    slow = gl.Measurement("slow", (0.004,), 1, "cpu", 1, env, "cpu", 0, flops=2e8)    # 50 GFLOP/s
+    table = gl.compare([slow, fast], peak_flops=100e9)                                   # a "peak" of 100
+    df = table.to_dataframe()
+    assert df["fraction_of_peak_flops"].max() == pytest.approx(1.0)
+    assert df.loc["slow", "fraction_of_peak_flops"] == pytest.approx(0.25)
+    assert table.flops_ceiling == pytest.approx(200e9) and "ceiling raised" in repr(table)
+    assert "ceiling raised" in table._repr_html_()
+    honest = gl.compare([slow, fast], peak_flops=400e9)
+    assert honest.flops_ceiling == 400e9 and not honest.ceiling_notes

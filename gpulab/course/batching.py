@@ -27,6 +27,7 @@ from typing import Any, Callable, Literal, Sequence
 
 from .._format import fmt_bytes, fmt_number, fmt_seconds, html_table, text_table
 from .._check import positive, whole
+from ..limits import ceiling_for
 from ..timing import Measurement
 
 __all__ = ["batch_sweep", "BatchSweep", "scale_lr", "warmup_factor", "train_at_batch_size", "BatchRun"]
@@ -58,6 +59,8 @@ class BatchSweep:
     batch_sizes: tuple[int, ...] = field(init=False)
     best: int = field(init=False)
     knee: int = field(init=False)
+    flops_ceiling: float | None = field(init=False)     # peak_flops, raised to a batch's rate if one ran faster
+    ceiling_note: str | None = field(init=False)
 
     def __post_init__(self) -> None:
         if not self.measurements:
@@ -78,6 +81,9 @@ class BatchSweep:
         object.__setattr__(self, "batch_sizes", sizes)
         object.__setattr__(self, "best", sizes[rates.index(top)])
         object.__setattr__(self, "knee", next(s for s, r in zip(sizes, rates) if r >= self.threshold * top))
+        ceiling, note = ceiling_for(self.peak_flops, [(f"batch {int(m.items)}", m.flops_per_s) for m in ms])
+        object.__setattr__(self, "flops_ceiling", ceiling)
+        object.__setattr__(self, "ceiling_note", note)
 
     def measurement(self, batch_size: int) -> Measurement:
         for m in self.measurements:
@@ -125,8 +131,8 @@ class BatchSweep:
             rows.append({
                 "batch_size": int(m.items), "median_s": m.median_s, "items_per_s": m.items_per_s,
                 "pct_of_best": 100 * m.items_per_s / top, "flops_per_s": m.flops_per_s,
-                "pct_of_peak_flops": (100 * m.flops_per_s / self.peak_flops
-                                      if self.peak_flops and m.flops_per_s is not None else None),
+                "pct_of_peak_flops": (100 * m.flops_per_s / self.flops_ceiling
+                                      if self.flops_ceiling and m.flops_per_s is not None else None),
                 "peak_memory_bytes": m.peak_memory_bytes, "noisy": m.noisy})
         return pd.DataFrame(rows).set_index("batch_size")
 
@@ -134,7 +140,7 @@ class BatchSweep:
         top = self.items_per_s(self.best)
         out = []
         for m in self.measurements:
-            share = (f"{m.flops_per_s / self.peak_flops:.0%}" if self.peak_flops and m.flops_per_s is not None
+            share = (f"{m.flops_per_s / self.flops_ceiling:.0%}" if self.flops_ceiling and m.flops_per_s is not None
                      else "N/A")
             out.append([str(int(m.items)) + (" *" if m.noisy else ""), fmt_seconds(m.median_s),
                         fmt_number(m.items_per_s), f"{m.items_per_s / top:.0%}", share,
@@ -156,11 +162,13 @@ class BatchSweep:
         rows = self._rows()
         if len(rows) > 7:
             rows = rows[:3] + [["..."] * len(self._HEADER)] + rows[-3:]
-        return self._caption() + "\n" + text_table(self._HEADER, rows)
+        return (self._caption() + "\n" + text_table(self._HEADER, rows)
+                + (f"\n{self.ceiling_note}" if self.ceiling_note else ""))
 
     def _repr_html_(self) -> str:
         foot = "* noisy: IQR above 10% of the median. Step memory: peak allocated during one step above what " \
-               "existed before it (weights and optimizer state excluded)."
+               "existed before it (weights and optimizer state excluded)." + (f" {self.ceiling_note}."
+                                                                              if self.ceiling_note else "")
         return html_table(self._HEADER, self._rows(), caption=self._caption(), footer=foot)
 
     def plot(self, ax: Any = None, published: Sequence[tuple[int, float]] | None = None,

@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from .._format import TableView, NA, fmt_bytes, fmt_number, fmt_rate, html_table, text_table
 from .._check import per_label, table_rows
+from ..limits import ceiling_for
 from ..reference import Published, published as _published
 from .training import TrainConfig, TrainResult
 
@@ -216,8 +217,28 @@ class RunComparison(TableView):
         f = self.flops_per_step.get(label)
         return None if f is None else f / self.result(label).median_step_s
 
+    def ceiling(self, label: str) -> float | None:
+        """The measured peak this run is divided by, raised to the fastest run with the same peak when one
+        ran faster than it (see :meth:`ceiling_notes`): shares never exceed 100%."""
+        p = self.peak_flops.get(label)
+        if not p:
+            return None
+        same = [(r.label, self.achieved_flops(r.label)) for r in self.results if self.peak_flops.get(r.label) == p]
+        return ceiling_for(p, same)[0]
+
+    @property
+    def ceiling_notes(self) -> tuple[str, ...]:
+        """One note per measured peak a run beat (the table's ceiling was raised to that run's rate)."""
+        notes = []
+        for p in sorted(set(self.peak_flops.values())):
+            same = [(r.label, self.achieved_flops(r.label)) for r in self.results if self.peak_flops.get(r.label) == p]
+            note = ceiling_for(p, same)[1]
+            if note:
+                notes.append(note)
+        return tuple(notes)
+
     def fraction_of_peak(self, label: str) -> float | None:
-        a, p = self.achieved_flops(label), self.peak_flops.get(label)
+        a, p = self.achieved_flops(label), self.ceiling(label)
         return None if a is None or not p else a / p
 
     def to_dataframe(self) -> Any:
@@ -273,6 +294,7 @@ class RunComparison(TableView):
             peaks = sorted(set(self.peak_flops.values()))
             notes.append("peak = this machine's measured matmul limit (" + ", ".join(fmt_rate(p, "FLOP/s") for p in peaks)
                          + ")")
+            notes += list(self.ceiling_notes)
         if any(row[0].endswith(" *") for row in rows):
             notes.append("* noisy: IQR above 10% of the median - the machine was busy; compare with care")
         return header, rows, "; ".join(notes)

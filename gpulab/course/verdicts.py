@@ -1,8 +1,8 @@
 """The story of a profiling session told from the verdicts it computed, not from a chain written in advance.
 
-The same fixes give different verdicts on different machines (a per-item loss loop is *launch-bound* on a GPU,
-where every tiny operator is a kernel launch, and may be *compute-bound* on a CPU), so a lesson renders the
-sequence it measured with :func:`verdict_story`.
+The same fixes give different verdicts on different machines (a per-item loss loop is *overhead-bound* on a GPU,
+where every tiny operator is a kernel launch, and may sit near a CPU's ceiling), so a lesson renders the
+sequence it measured with :func:`verdict_story`, each verdict with its share of the machine's measured ceilings.
 
 Example:
     >>> from types import SimpleNamespace as S
@@ -18,17 +18,16 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from ..profiling.verdict import VERDICTS
 from .narrate import Narration
 
 __all__ = ["verdict_story", "VERDICT_MEANING"]
 
 VERDICT_MEANING = {
-    "input-bound": "the step waits for data (30% or more of its time in the data phase)",
-    "launch-bound": "many tiny operations (or, on a GPU, tiny kernels with the device often idle) dominate",
-    "host-syncs": "the host waits for the device at every .item()",
-    "compute-bound": "no overhead stands out: the operators' own work takes the time",
-    "gpu-idle": "the GPU was busy less than 70% of the step without one overhead above its threshold",
-    "healthy": "the GPU was busy 70% or more of the step",
+    **VERDICTS,
+    "host-syncs": "the host reads device values (.item()) every step: free on a CPU, a stall on a GPU",
+    "gpu-idle": "the GPU was busy less than 70% of the step (no ceilings to compare with)",
+    "healthy": "the GPU was busy 70% or more of the step (no ceilings to compare with)",
 }
 
 
@@ -38,6 +37,15 @@ def _headline(summary: Any) -> str:
         if f.code == v.verdict:
             return f.message
     return VERDICT_MEANING.get(v.verdict, "")
+
+
+def _shares(summary: Any) -> str:
+    """" (12% of the measured float32 compute ceiling, 3% of the memory ceiling)" from the profile's roofline."""
+    r = getattr(summary, "roofline", None)
+    if r is None:
+        return ""
+    return (f" ({r.compute_share:.0%} of the measured {r.dtype} compute ceiling, {r.memory_share:.0%} of the "
+            "memory ceiling)")
 
 
 def verdict_story(summaries: Sequence[Any], *, kind: str | None = None, noisy: bool = False) -> Narration:
@@ -60,7 +68,7 @@ def verdict_story(summaries: Sequence[Any], *, kind: str | None = None, noisy: b
     for s in summaries:
         if not hasattr(s, "label") or not hasattr(s, "verdict"):
             raise TypeError(f"each summary needs .label and .verdict (a ProfileSummary), got {type(s).__name__}")
-    bullets = [f"- **{s.label}**: *{s.verdict.verdict}*: {_headline(s)}" for s in summaries]
+    bullets = [f"- **{s.label}**: *{s.verdict.verdict}*: {_headline(s)}{_shares(s)}" for s in summaries]
     changes = []
     for prev, cur in zip(summaries, summaries[1:]):
         a, b = prev.verdict.verdict, cur.verdict.verdict
@@ -72,11 +80,12 @@ def verdict_story(summaries: Sequence[Any], *, kind: str | None = None, noisy: b
     if changes:
         text += f"\n\nMeasured sequence on your machine: {chain}. " + "; ".join(changes) + "."
     closing = narrate(
-        cpu="On a CPU the operators are the work, so once no overhead stands out the verdict is *compute-bound*; "
-            "a GPU can give a different sequence for the same fixes, because there the host only queues kernels "
-            "and the verdict weighs how busy the device was.",
-        cuda="On a GPU the verdict weighs the kernels: how many per step, how short, and how much of the step the "
-             "device was busy; a CPU can give a different sequence for the same fixes, because there every operator "
-             "runs on the host.",
+        cpu="On a CPU each verdict compares the step with the machine's measured ceilings: *compute-bound* only near the "
+            "matmul ceiling, *overhead-bound* far below it. The operators run on the host, so a host sync "
+            "costs nothing; a GPU can give a different sequence for the same fixes, because there the host only "
+            "queues kernels and every sync drains the queue.",
+        cuda="On a GPU each verdict compares the step with the GPU's measured ceilings and weighs the kernels: how many per "
+             "step, how short, and whether the device idled waiting for the host or after a sync; a CPU can give a "
+             "different sequence for the same fixes, because there every operator runs on the host.",
         kind=kind, noisy=noisy)
     return Narration(text + "\n\n" + closing.text, closing.kind)

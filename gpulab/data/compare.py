@@ -7,6 +7,7 @@ from typing import Any, Sequence
 
 from .._check import per_label, table_rows
 from .._format import NA, TableView, fmt_number, html_table
+from ..limits import ceiling_for
 from ..reference import Published
 from ..reference import published as _published
 from .measure import LoaderRun
@@ -42,9 +43,24 @@ class LoaderComparison(TableView):
         """This run's images/s divided by the baseline's (>1 is faster)."""
         return self.run(label).items_per_s / self.run(self.baseline).items_per_s
 
-    def fraction_of_limit(self, label: str) -> float | None:
-        """images/s as a share of the compute-only limit (None without a limit)."""
+    def _raised(self, limit: float) -> tuple[float | None, str | None]:
+        same = [(r.label, r.items_per_s) for r in self.runs if self.limits.get(r.label) == limit]
+        return ceiling_for(limit, same, "images/s", "the same step on data already in memory")
+
+    def limit(self, label: str) -> float | None:
+        """The compute-only limit of this row, raised to the fastest loader measured against it when one ran
+        faster (the limit was measured in other rounds; see :attr:`limit_notes`): shares never exceed 100%."""
         limit = self.limits.get(label)
+        return None if limit is None else self._raised(limit)[0]
+
+    @property
+    def limit_notes(self) -> tuple[str, ...]:
+        notes = (self._raised(v)[1] for v in sorted({v for v in self.limits.values() if v is not None}))
+        return tuple(n.replace("ceiling raised", "compute-only limit raised") for n in notes if n)
+
+    def fraction_of_limit(self, label: str) -> float | None:
+        """images/s as a share of the compute-only limit (None without a limit); never above 1."""
+        limit = self.limit(label)
         return None if limit is None else self.run(label).items_per_s / limit
 
     @property
@@ -92,6 +108,7 @@ class LoaderComparison(TableView):
         elif by_limit:   # different steps (e.g. PyTorch and Keras): say which limit each row is measured against
             notes.append("compute-only limit = the same step on batches already in memory: " + ", ".join(
                 f"{fmt_number(v)} images/s ({'; '.join(labels)})" for v, labels in sorted(by_limit.items())))
+        notes += list(self.limit_notes)
         busy = [r.label for r in self.runs if r.others_cpu_pct is not None and r.others_cpu_pct > 10]
         if busy:
             notes.append(f"other programs used >10% of the CPU during: {', '.join(busy)} (slower, noisier)")

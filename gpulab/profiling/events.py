@@ -8,7 +8,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence
 
-__all__ = ['phase', 'OpStat', 'DeviceCheck', 'check_device_events', 'PHASES', 'TINY_OP_S', 'MANY_OPS_PER_STEP', 'TINY_KERNEL_S', 'SYNC_CALLS']
+__all__ = ['phase', 'OpStat', 'DeviceCheck', 'check_device_events', 'PHASES', 'TINY_OP_S', 'MANY_OPS_PER_STEP', 'TINY_KERNEL_S', 'SYNC_CALLS', 'KERNEL_GAP_S', 'LONG_OP_S', 'idle_split']
 
 
 # Phase names and the range-name prefixes (lower case) that count as each. The data prefixes are the
@@ -22,6 +22,8 @@ PHASES: dict[str, tuple[str, ...]] = {
 TINY_OP_S = 20e-6          # an operator call shorter than this is mostly dispatch/launch overhead
 MANY_OPS_PER_STEP = 200    # ... and this many of them per step make a step overhead-bound
 TINY_KERNEL_S = 10e-6      # a GPU kernel this short does little work for its launch cost
+LONG_OP_S = 50e-6          # an operator call this long does real work: its own speed, not dispatch, sets the pace
+KERNEL_GAP_S = 20e-6       # an idle gap this short between two kernels is launch latency, not the host
 SYNC_CALLS = ("aten::item", "aten::_local_scalar_dense")
 
 
@@ -105,6 +107,12 @@ class DeviceCheck:
     busy_s: float | None           # union of device event intervals inside the profiled steps
     median_kernel_s: float | None
     note: str
+    # the device's idle time inside the profiled steps, split as HolisticTraceAnalysis does: short gaps
+    # between back-to-back kernels (launch latency) vs long gaps where the device waited for the host to
+    # queue work; of those, the gaps that began while the host sat in a sync (.item()) call
+    idle_between_kernels_s: float | None = None
+    idle_host_s: float | None = None
+    idle_after_sync_s: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -181,8 +189,50 @@ def _union(intervals: Iterable[tuple[float, float]], lo: float | None = None, hi
     return total
 
 
+def _merged(spans: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def idle_split(kernels: Sequence[tuple[float, float]], windows: Sequence[tuple[float, float]],
+               syncs: Sequence[tuple[float, float]] = ()) -> tuple[float, float, float]:
+    """The device's idle time inside ``windows`` (step intervals, seconds), from its busy ``kernels``
+    intervals: ``(between_kernels_s, host_s, after_sync_s)``. A gap shorter than ``KERNEL_GAP_S`` between
+    two kernels is launch latency; any other gap (before the first kernel, after the last, or long) is
+    time the device waited for the host; ``after_sync_s`` is the part of that which began while the host
+    sat in one of the ``syncs`` (host sync call intervals): the queue drained, then the host had to
+    issue the next work before the device could go on.
+
+    Example:
+        >>> idle_split([(0.0, 1.0), (1.000005, 2.0), (3.0, 4.0)], [(0.0, 4.0)], syncs=[(1.5, 2.1)])
+        (5e-06, 1.0, 1.0)
+    """
+    between = host = after_sync = 0.0
+    for lo, hi in windows:
+        busy = _merged((max(a, lo), min(b, hi)) for a, b in kernels if min(b, hi) > max(a, lo))
+        edges = [lo] + [x for ab in busy for x in ab] + [hi]
+        for i in range(0, len(edges), 2):
+            a, b = edges[i], edges[i + 1]
+            if b <= a:
+                continue
+            inner = 0 < i < len(edges) - 2
+            if inner and b - a < KERNEL_GAP_S:
+                between += b - a
+                continue
+            host += b - a
+            if any(sa <= a <= sb + KERNEL_GAP_S for sa, sb in syncs):
+                after_sync += b - a
+    return round(between, 12), round(host, 12), round(after_sync, 12)
+
+
 def check_device_events(events: Sequence[Any], profiled: bool, cuda_used: bool,
-                        windows: Sequence[tuple[float, float]] = ()) -> DeviceCheck:
+                        windows: Sequence[tuple[float, float]] = (),
+                        syncs: Sequence[tuple[float, float]] = ()) -> DeviceCheck:
     """Count the device events among profiler ``events`` (objects with ``device_type`` and ``time_range``
     in microseconds, like ``torch.autograd.profiler_util.FunctionEvent``) and say whether their absence
     is normal (no device profiled, or the code never touched it) or a recording failure (CUPTI).
@@ -206,4 +256,6 @@ def check_device_events(events: Sequence[Any], profiled: bool, cuda_used: bool,
     spans = [_interval_s(e) for e in kern]
     busy = (sum(_union(spans, a, b) for a, b in windows) if windows else _union(spans))
     med = statistics.median(b - a for a, b in spans)
-    return DeviceCheck(True, len(kern), busy, med, f"{len(kern)} device events recorded (CUPTI working)")
+    between, host, after_sync = idle_split(spans, windows, syncs) if windows else (None, None, None)
+    return DeviceCheck(True, len(kern), busy, med, f"{len(kern)} device events recorded (CUPTI working)",
+                       between, host, after_sync)

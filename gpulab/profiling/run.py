@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .._check import flag, whole
-from .events import (PHASES, SYNC_CALLS, OpStat, _counts_device_time, _device_attr, _interval_s, _is_device_event,
+from .events import (LONG_OP_S, PHASES, SYNC_CALLS, OpStat, _counts_device_time, _device_attr, _interval_s, _is_device_event,
                      _phase_of, _torch, _union, check_device_events)
 from .summary import ProfileSummary
 
@@ -36,7 +36,8 @@ def _cuda_allocs(torch: Any) -> int:
 
 def profile(fn: Callable[[], Any], steps: int = 5, warmup: int = 1, *, label: str = "profile",
             memory: bool = False, record_shapes: bool = False, trace: bool = True,
-            trace_dir: str | os.PathLike[str] = "traces", device: Any = None) -> ProfileSummary:
+            trace_dir: str | os.PathLike[str] = "traces", device: Any = None, limits: Any = None,
+            count_work: bool = True) -> ProfileSummary:
     """Profile ``fn`` (one training step, no arguments): ``warmup`` calls unrecorded, then ``steps``
     recorded calls, through ``torch.profiler`` with a schedule.
 
@@ -45,12 +46,19 @@ def profile(fn: Callable[[], Any], steps: int = 5, warmup: int = 1, *, label: st
     ``memory=True`` records memory by operator (slower). ``trace=True`` writes a Chrome/Perfetto trace
     file into ``trace_dir`` (default ``traces/``, git-ignored). On CUDA the device is profiled too and
     the summary says whether its events were really recorded.
+
+    The verdict is grounded in the machine's ceilings: the first warm-up call runs under a counting mode
+    (``count_work``; it is slower, and not recorded) to learn the step's FLOPs and bytes per operator, and
+    ``limits`` (default: :func:`gpulab.machine_limits` of the device, measured once per process; ``False``
+    for none) gives the ceilings to compare the step with. With ``warmup=0`` nothing is counted. The same
+    call notes the tensors it made, to tell afterwards whether a step's graph outlives it (a leak).
     """
     if not callable(fn):
         raise TypeError(f"profile needs a callable running one step, got {type(fn).__name__}")
     whole("steps", steps)
     whole("warmup", warmup, low=0)
     flag("memory", memory)
+    flag("count_work", count_work)
     flag("record_shapes", record_shapes)
     flag("trace", trace)
     if not isinstance(label, str) or not label:
@@ -77,18 +85,46 @@ def profile(fn: Callable[[], Any], steps: int = 5, warmup: int = 1, *, label: st
             path.append(str(p))
 
     allocs_before = _cuda_allocs(torch) if cuda else 0
+    work, created, rest = None, [], warmup
+    if count_work and warmup >= 1:
+        from ..work import _count
+
+        work = _count(fn, (), {}, created)
+        if cuda:
+            torch.cuda.synchronize()
+        rest -= 1
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*warmup.*")   # warmup=0 is a valid choice here
         with torch.profiler.profile(activities=activities, record_shapes=record_shapes, profile_memory=memory,
-                                    schedule=schedule(wait=0, warmup=warmup, active=steps, repeat=1),
+                                    schedule=schedule(wait=0, warmup=rest, active=steps, repeat=1),
                                     on_trace_ready=on_ready) as prof:
-            for _ in range(warmup + steps):
+            for _ in range(rest + steps):
                 fn()
                 if cuda:
                     torch.cuda.synchronize()
                 prof.step()
     cuda_used = cuda and _cuda_allocs(torch) > allocs_before
-    return _summarise(prof, label, kind, steps, warmup, cuda, cuda_used, memory, path[0] if path else None)
+    kept = _kept_graph(created) if work is not None else None
+    ceilings = None
+    if limits is None and work is not None:
+        from ..limits import machine_limits
+
+        ceilings = machine_limits(kind)
+    elif limits is not None and limits is not False:
+        ceilings = limits
+    return _summarise(prof, label, kind, steps, warmup, cuda, cuda_used, memory, path[0] if path else None,
+                      work=work, limits=ceilings, kept_graph=kept)
+
+
+def _kept_graph(created: list[Any]) -> tuple[int, int]:
+    """Of the tensors the counted warm-up step made, those still alive after all the profiled steps that
+    belong to an autograd graph (a ``grad_fn``): ``(tensors, bytes)``. A healthy loop keeps none (its
+    optimizer state and gradients carry no graph); ``losses.append(loss)`` keeps one step's graph each step."""
+    import gc
+
+    gc.collect()
+    alive = [t for t in (r() for r in created) if t is not None and getattr(t, "grad_fn", None) is not None]
+    return len(alive), int(sum(t.numel() * t.element_size() for t in alive))
 
 
 def _op_stat(a: Any, cuda: bool, memory: bool) -> OpStat:
@@ -109,7 +145,8 @@ def _op_stat(a: Any, cuda: bool, memory: bool) -> OpStat:
 
 
 def _summarise(prof: Any, label: str, kind: str, steps: int, warmup: int, cuda: bool, cuda_used: bool,
-               memory: bool, trace_path: str | None) -> ProfileSummary:
+               memory: bool, trace_path: str | None, *, work: Any = None, limits: Any = None,
+               kept_graph: tuple[int, int] | None = None) -> ProfileSummary:
     events = list(prof.events())
     step_events = [e for e in events if e.name.startswith("ProfilerStep")]
     windows = sorted(_interval_s(e) for e in step_events)
@@ -144,6 +181,7 @@ def _summarise(prof: Any, label: str, kind: str, steps: int, warmup: int, cuda: 
     # data loading (Adam's step counters and torchvision's random transforms read CPU scalars: no device sync)
     top_ops = []
     syncs = 0
+    sync_spans: list[tuple[float, float]] = []
     for e in events:
         if not e.name.startswith("aten::") or _is_device_event(e):
             continue
@@ -156,10 +194,11 @@ def _summarise(prof: Any, label: str, kind: str, steps: int, warmup: int, cuda: 
             continue
         if e.name in SYNC_CALLS and ph not in ("optimizer", "data"):
             syncs += 1
+            sync_spans.append(_interval_s(e))
         if ph != "data":
             a, b = _interval_s(e)
             top_ops.append(b - a)
-    dev = check_device_events(events, cuda, cuda_used, windows)
+    dev = check_device_events(events, cuda, cuda_used, windows, sync_spans)
     ops = [_op_stat(a, cuda, memory) for a in prof.key_averages()
            if not a.key.startswith("ProfilerStep") and not getattr(a, "is_user_annotation", False)]
     ops.sort(key=lambda o: (o.self_cpu_s, o.self_device_s or 0.0), reverse=True)
@@ -177,4 +216,6 @@ def _summarise(prof: Any, label: str, kind: str, steps: int, warmup: int, cuda: 
         label=label, device_kind=kind, steps=n, warmup=warmup,
         step_times_s=tuple(b - a for a, b in windows), phases_s=phases, ops=tuple(ops),
         op_calls_per_step=len(top_ops) / n, median_op_s=statistics.median(top_ops) if top_ops else None,
-        syncs_per_step=syncs / n, device=dev, trace_path=trace_path, memory=memory, ranges_s=ranges)
+        syncs_per_step=syncs / n, device=dev, trace_path=trace_path, memory=memory, ranges_s=ranges,
+        op_time_s=float(sum(top_ops)), long_op_time_s=float(sum(t for t in top_ops if t >= LONG_OP_S)), sync_s=float(sum(b - a for a, b in sync_spans)), work=work, limits=limits,
+        kept_graph=kept_graph)

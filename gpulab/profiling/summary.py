@@ -8,9 +8,9 @@ from typing import Any
 
 from .._check import whole
 from .._format import fmt_bytes, fmt_number, fmt_seconds, html_table, text_table
-from .events import MANY_OPS_PER_STEP, TINY_KERNEL_S, TINY_OP_S, DeviceCheck, OpStat
+from .events import DeviceCheck, OpStat
 
-__all__ = ['ProfileSummary', 'diagnose_profile']
+__all__ = ['ProfileSummary']
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,12 @@ class ProfileSummary:
     trace_path: str | None = None
     memory: bool = False
     ranges_s: dict[str, float] = field(default_factory=dict)   # every record_function range, total seconds
+    op_time_s: float = 0.0        # host time inside the operators Python called (data phase excluded), all steps
+    long_op_time_s: float = 0.0   # ... of it, inside calls of LONG_OP_S or longer (the operators doing real work)
+    sync_s: float = 0.0           # host time inside sync calls (.item()) outside optimizer and data, all steps
+    work: Any = None              # gpulab.work.Work of one step (counted in the first warm-up call), or None
+    limits: Any = None            # the MachineLimits the verdict compares the step with, or None
+    kept_graph: tuple[int, int] | None = None   # (tensors, bytes) of a step's graph still alive steps later
     step_s: float = field(init=False)     # median wall time of a profiled step (profiler overhead included)
     total_s: float = field(init=False)    # all profiled steps
     # device time over all profiled steps, each kernel/copy counted once (the self device time of the
@@ -63,8 +69,19 @@ class ProfileSummary:
 
     @property
     def verdict(self) -> Any:
-        """The bottleneck :class:`~gpulab.telemetry.diagnose.Verdict` (see :func:`diagnose_profile`)."""
+        """The bottleneck :class:`~gpulab.telemetry.diagnose.Verdict`, grounded in the measured ceilings
+        (see :func:`gpulab.profiling.verdict.diagnose_profile`)."""
+        from .verdict import diagnose_profile
+
         return diagnose_profile(self)
+
+    @property
+    def roofline(self) -> Any:
+        """The step against the machine's ceilings (:class:`~gpulab.profiling.verdict.StepRoofline`), or
+        None when the work was not counted (``warmup=0``) or no ceilings were given (``limits=False``)."""
+        from .verdict import step_roofline
+
+        return step_roofline(self.work, self.limits, self.step_s)
 
     def top(self, n: int = 10, by: str = "self_cpu") -> Any:
         """The ``n`` heaviest operators as a DataFrame, per step; ``by`` is "self_cpu" or "self_device"."""
@@ -118,8 +135,8 @@ class ProfileSummary:
             >>> def step():
             ...     with gl.phase("forward"):
             ...         torch.ones(64, 64).sum()
-            >>> gl.profile(step, steps=2, warmup=1).trace_ranges().loc[0, "range"]
-            'ProfilerStep#1'
+            >>> gl.profile(step, steps=2, warmup=1).trace_ranges().loc[0, "range"]   # the warm-up ran unprofiled
+            'ProfilerStep#0'
         """
         import json
 
@@ -185,7 +202,10 @@ class ProfileSummary:
 
     def __repr__(self) -> str:
         header, rows = self._op_rows()
-        return f"{self._head()}\n{text_table(header, rows)}\n{self._foot()}\nVerdict: {self.verdict.verdict}"
+        v = self.verdict
+        head = next((f.message for f in v.findings if f.code == v.verdict), "")
+        return (f"{self._head()}\n{text_table(header, rows)}\n{self._foot()}\nVerdict: {v.verdict}"
+                + (f": {head}" if head else ""))
 
     def _repr_html_(self) -> str:
         header, rows = self._op_rows()
@@ -199,72 +219,3 @@ def _html_escape(s: str) -> str:
     import html
 
     return html.escape(s)
-
-
-# ----------------------------------------------------------------------------------------------
-# the verdict
-def diagnose_profile(summary: ProfileSummary) -> Any:
-    """The bottleneck verdict of a profile, with the codes and thresholds of
-    :func:`gpulab.telemetry.diagnose.diagnose`:
-
-    - data phases >= 30% of step time -> ``input-bound`` ("62% of step time in data loading");
-    - many tiny operator calls (>= 200 per step, median < 20 us), or on a GPU many tiny kernels with the
-      device busy < 70% of the step -> ``launch-bound``;
-    - host syncs (``.item()``) every step -> a ``host-syncs`` warning;
-    - GPU busy >= 70% -> ``healthy``; otherwise on CPU -> ``compute-bound`` (the operators do the work).
-    """
-    from ..telemetry.diagnose import DATA_SHARE, HEALTHY_UTIL_PCT, Finding, Verdict
-
-    s = summary
-    f: list[Finding] = []
-    verdict = None
-    data = s.share("data")
-    detail = ", ".join(f"{k} {s.share(k):.0%}" for k in s.phases_s)
-    if data >= DATA_SHARE:
-        f.append(Finding("warning", "input-bound", f"{data:.0%} of step time in data loading", detail,
-                         "prepare data off the critical path: batched/vectorised transforms, DataLoader workers "
-                         "with prefetching, cached decoded data, or decoding on the GPU (DALI, lesson 06)"))
-        verdict = "input-bound"
-    busy = s.device_busy_share
-    # On a GPU the host side of every call is short (it only queues a kernel), so only the kernels tell;
-    # on a CPU the operators are the work, and many tiny ones mean dispatch overhead dominates.
-    tiny_ops = (not s.device.profiled and s.op_calls_per_step >= MANY_OPS_PER_STEP
-                and s.median_op_s is not None and s.median_op_s < TINY_OP_S)
-    tiny_kernels = (s.device.kernels is not None and s.device.kernels / s.steps >= MANY_OPS_PER_STEP
-                    and s.device.median_kernel_s is not None and s.device.median_kernel_s < TINY_KERNEL_S
-                    and busy is not None and busy < HEALTHY_UTIL_PCT / 100)
-    if tiny_ops or tiny_kernels:
-        ev = (f"{s.op_calls_per_step:.0f} operator calls per step, median {fmt_seconds(s.median_op_s)}"
-              if tiny_ops else "")
-        if tiny_kernels:
-            ev = (ev + "; " if ev else "") + (f"{s.device.kernels / s.steps:.0f} kernels per step, median "
-                                              f"{fmt_seconds(s.device.median_kernel_s)}, device busy {busy:.0%}")
-        f.append(Finding("warning", "launch-bound", "many tiny operations: launch-bound", ev,
-                         "vectorise Python loops over items or layers into whole-tensor operations; then larger "
-                         "batches, torch.compile or CUDA graphs to cut the per-launch cost"))
-        verdict = verdict or "launch-bound"
-    if s.syncs_per_step >= 1:
-        f.append(Finding("warning" if s.syncs_per_step >= 10 else "info", "host-syncs",
-                         f"{s.syncs_per_step:.0f} .item() calls per step (host syncs on a GPU)",
-                         "aten::item / aten::_local_scalar_dense calls outside data loading and the optimizer",
-                         "on a GPU each one makes the CPU wait for all queued kernels; keep metrics on the device "
-                         "and read them once per epoch"))
-    if busy is not None:
-        if busy >= HEALTHY_UTIL_PCT / 100:
-            f.append(Finding("ok", "healthy", f"the GPU is busy {busy:.0%} of the step", s.device.note,
-                             "next: more work per kernel (mixed precision, larger batch)"))
-            verdict = verdict or "healthy"
-        else:
-            f.append(Finding("warning", "gpu-idle", f"the GPU is busy only {busy:.0%} of the step", s.device.note,
-                             "the host does not feed it fast enough: see the findings above"))
-    elif s.device.profiled and not s.device.ok:
-        f.append(Finding("warning", "no-device-events", "no GPU events were recorded", s.device.note,
-                         "check CUPTI (pip's torch ships it), close other profilers, then profile again"))
-    if verdict is None:
-        top = ", ".join(f"{o.name} {o.self_cpu_s / max(s.total_s, 1e-12):.0%}" for o in s.ops[:3])
-        f.append(Finding("ok", "compute-bound", "the step's time goes to its operators' own work",
-                         f"top operators by self CPU time: {top}",
-                         "this is the expected end state: speed now comes from less or cheaper math (mixed "
-                         "precision, a better kernel, a GPU)"))
-        verdict = "compute-bound" if busy is None else "gpu-idle"
-    return Verdict(verdict, tuple(f), "torch.profiler")

@@ -3,13 +3,15 @@
 GPU rules (NVML rows present):
 - GPU busy >= 70% of the time -> healthy;
 - GPU mostly idle and host CPU high -> input-bound (more DataLoader workers, preprocessing on GPU/DALI);
-- GPU mostly idle and host CPU low -> launch- or sync-bound (bigger batches, fewer host syncs,
-  CUDA graphs / torch.compile);
+- GPU mostly idle and host CPU low -> overhead-bound: per-step Python, launch cost, small batches or host
+  syncs; the Monitor cannot tell which of those, ``gl.profile(step).verdict`` can;
 - peak memory under half the card -> the batch can grow;
 - clocks slowed by power or thermal limits for a noticeable share of the run -> power/thermal limited.
 Host rules (always; the only ones without NVML, which never yields a GPU verdict):
-- share of time in phases named "data..."/"load..." -> input-bound when large;
-- host CPU saturated or idle.
+- phases named "data..."/"load..."/"input..." >= 30% of the whole run (unmarked time counts) -> input-bound;
+  unmarked time >= 30% of the run -> an "unmarked-time" note (mark it, or profile the step);
+- host CPU saturated, idle or partly busy: what the cores do (math, data, Python overhead, waiting) host
+  metrics cannot tell; ``gl.profile(step).verdict`` names the cause.
 
 Example:
     >>> import pandas as pd
@@ -24,14 +26,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .._format import html_table, text_table
+from .._format import html_table
 
-__all__ = ["Finding", "Verdict", "diagnose", "HEALTHY_UTIL_PCT", "HIGH_CPU_PCT", "LOW_CPU_PCT"]
+__all__ = ["HEALTHY_UTIL_PCT", "HIGH_CPU_PCT", "LOW_CPU_PCT", "Finding", "Verdict", "diagnose"]
 
 HEALTHY_UTIL_PCT = 70.0   # GPU busy at least this share of the time: healthy
 HIGH_CPU_PCT = 75.0       # host CPU (all cores) this busy: the host is the limit
 LOW_CPU_PCT = 40.0
-DATA_SHARE = 0.30         # a third of the time waiting for data: input-bound
+DATA_SHARE = 0.30         # this share of the whole run waiting for data: input-bound
+UNMARKED_SHARE = 0.30     # this share of the run outside any phase: the Monitor cannot say where it went
 THROTTLE_SHARE = 0.05
 LOW_MEMORY_SHARE = 0.5
 
@@ -54,6 +57,10 @@ class Verdict:
     source: str  # "nvml+host" or "host"
 
     @property
+    def _from(self) -> str:
+        return self.source if "profiler" in self.source else f"{self.source} telemetry"
+
+    @property
     def codes(self) -> list[str]:
         return [f.code for f in self.findings]
 
@@ -62,7 +69,7 @@ class Verdict:
         return [(mark[f.level], f.message, f.evidence, f.advice) for f in self.findings]
 
     def __repr__(self) -> str:
-        head = f"Verdict: {self.verdict} (from {self.source} telemetry)"
+        head = f"Verdict: {self.verdict} (from {self._from})"
         lines = [head]
         for m, msg, ev, adv in self._rows():
             lines.append(f"{m} {msg}\n    evidence: {ev}" + (f"\n    try: {adv}" if adv else ""))
@@ -70,29 +77,49 @@ class Verdict:
 
     def _repr_html_(self) -> str:
         return html_table(("", "finding", "evidence", "what to try"), self._rows(),
-                          caption=f"Verdict: {self.verdict} (from {self.source} telemetry)")
+                          caption=f"Verdict: {self.verdict} (from {self._from})")
 
 
-def _data_share(trace: Any) -> tuple[float | None, str]:
-    phases = trace.phase_seconds()
-    total = sum(phases.values())
-    if not phases or total <= 0:
-        return None, ""
-    data = sum(v for k, v in phases.items() if k.lower().startswith(("data", "load", "input")))
-    detail = ", ".join(f"{k} {v:.1f} s" for k, v in phases.items())
-    return data / total, detail
+def _spans(trace: Any) -> list[tuple[str, float, float]]:
+    """Each mark as (name, start, end); a point mark lasts until the next mark (as ``Trace.phase_seconds``)."""
+    marks = sorted(trace.marks, key=lambda m: m.start_s)
+    return [(m.name, m.start_s, m.end_s if m.end_s is not None
+             else (marks[i + 1].start_s if i + 1 < len(marks) else trace.duration_s)) for i, m in enumerate(marks)]
+
+
+def _covered_s(spans: list[tuple[float, float]], run_s: float) -> float:
+    """Seconds of ``[0, run_s]`` inside at least one span (overlapping or nested spans counted once)."""
+    total, reach = 0.0, 0.0
+    for start, end in sorted((max(a, 0.0), min(b, run_s)) for a, b in spans):
+        if end > max(start, reach):
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
+def _data_share(trace: Any) -> tuple[float, float, str] | None:
+    """(data share, unmarked share, evidence), both shares of the whole run; None without phases."""
+    spans = _spans(trace)
+    run_s = trace.duration_s if trace.duration_s > 0 else max((e for _, _, e in spans), default=0.0)
+    if not spans or run_s <= 0:
+        return None
+    per = {k: _covered_s([(a, b) for n, a, b in spans if n == k], run_s) for k in dict.fromkeys(n for n, _, _ in spans)}
+    data = _covered_s([(a, b) for n, a, b in spans if n.lower().startswith(("data", "load", "input"))], run_s)
+    unmarked = max(0.0, run_s - _covered_s([(a, b) for _, a, b in spans], run_s))
+    detail = ", ".join(f"{k} {v:.1f} s ({v / run_s:.0%})" for k, v in per.items())
+    detail += f", unmarked {unmarked:.1f} s ({unmarked / run_s:.0%}) of a {run_s:.1f} s run"
+    return data / run_s, unmarked / run_s, detail
 
 
 def _cpu_by_phase(trace: Any, host: Any) -> str:
     """Mean host CPU within each named phase, e.g. "CPU by phase: data 50%, compute 98%"."""
     if host is None or "cpu_util_pct" not in host or not trace.marks:
         return ""
-    spans, parts = sorted(trace.marks, key=lambda m: m.start_s), {}
-    for i, m in enumerate(spans):
-        end = m.end_s if m.end_s is not None else (spans[i + 1].start_s if i + 1 < len(spans) else trace.duration_s)
-        sel = host.loc[m.start_s:end, "cpu_util_pct"]
+    parts: dict[str, list[float]] = {}
+    for name, start, end in _spans(trace):
+        sel = host.loc[start:end, "cpu_util_pct"]
         if len(sel):
-            parts.setdefault(m.name, []).append(float(sel.mean()))
+            parts.setdefault(name, []).append(float(sel.mean()))
     return "CPU by phase: " + ", ".join(f"{k} {sum(v) / len(v):.0f}%" for k, v in parts.items()) if parts else ""
 
 
@@ -102,7 +129,8 @@ def diagnose(trace: Any) -> Verdict:
     host = trace.device_frame("host") if "host" in trace.devices else None
     cpu = float(host["cpu_util_pct"].mean()) if host is not None and "cpu_util_pct" in host else None
     proc = float(host["process_cpu_pct"].mean()) if host is not None and "process_cpu_pct" in host else None
-    share, phase_detail = _data_share(trace)
+    shares = _data_share(trace)
+    share, unmarked, phase_detail = shares if shares is not None else (None, 0.0, "")
     by_phase = _cpu_by_phase(trace, host)
     if by_phase:
         phase_detail = f"{phase_detail}; {by_phase}"
@@ -131,10 +159,13 @@ def diagnose(trace: Any) -> Verdict:
                                     "or move decoding/augmentation to the GPU (DALI)"))
             verdict = verdict or "input-bound"
         else:
-            findings.append(Finding("warning", "launch-bound", f"{g} idles while the host is not busy either",
-                                    ev, "larger batches, fewer host syncs (.item(), .cpu(), printing in the loop), "
-                                    "CUDA graphs or torch.compile to cut launch overhead"))
-            verdict = verdict or "launch-bound"
+            findings.append(Finding("warning", "overhead-bound",
+                                    f"{g} idles while the host is not busy either: per-step Python, launch cost, "
+                                    "small batches or host syncs; the Monitor cannot tell which of those, "
+                                    "gl.profile(step).verdict can", ev,
+                                    "by cause: vectorise per-item Python, larger batches, fewer host syncs (.item(), "
+                                    ".cpu(), printing in the loop), CUDA graphs or torch.compile for launch cost"))
+            verdict = verdict or "overhead-bound"
         if "mem_used_bytes" in f and "mem_total_bytes" in f:
             peak = float(f["mem_used_bytes"].max() / f["mem_total_bytes"].max())
             if peak < LOW_MEMORY_SHARE:
@@ -155,33 +186,42 @@ def diagnose(trace: Any) -> Verdict:
                                         "check cooling and power limits (nvidia-smi -q -d PERFORMANCE)"))
 
     if share is not None and share >= DATA_SHARE:
-        findings.append(Finding("warning", "data-wait", f"{share:.0%} of the marked time went to loading data",
+        findings.append(Finding("warning", "data-wait", f"{share:.0%} of the run went to loading data",
                                 phase_detail, "overlap loading with compute: DataLoader workers, prefetching, "
                                 "tf.data AUTOTUNE, or DALI"))
         verdict = verdict or "input-bound"
     elif share is not None:
-        findings.append(Finding("ok", "data-wait", f"data loading took {share:.0%} of the marked time", phase_detail))
+        findings.append(Finding("ok", "data-wait", f"data loading took {share:.0%} of the run", phase_detail))
+        if unmarked >= UNMARKED_SHARE:
+            findings.append(Finding("info", "unmarked-time", f"{unmarked:.0%} of the run is unmarked: the Monitor "
+                                    "cannot say where it went", phase_detail,
+                                    "mark it with mon.mark(...) or mon.phase(...), or profile the step with "
+                                    "gl.profile(step)"))
 
     if not gpus:
         note = "No GPU telemetry (NVML not available): this verdict comes from host metrics only."
+        proc_ev = f"{cpu_ev}; this process {proc:.0f}%" if proc is not None else cpu_ev
         if cpu is None:
             findings.append(Finding("info", "no-samples", "nothing was sampled", note))
             verdict = verdict or "no-samples"
         elif cpu >= HIGH_CPU_PCT:
-            findings.append(Finding("ok", "host-saturated", "the host CPU is busy: the work keeps the cores occupied",
-                                    f"{cpu_ev}; this process {proc:.0f}%" if proc is not None else cpu_ev,
-                                    "on CPU this is the ceiling; more speed needs less work per item, "
-                                    "lower precision, or a GPU"))
+            findings.append(Finding("info", "host-saturated", f"the host CPU is busy ({cpu:.0f}% of all cores)",
+                                    proc_ev, "host metrics alone cannot tell whether the cores do useful math, "
+                                    "prepare data, or run Python overhead: gl.profile(step).verdict names the "
+                                    "cause, with the step's share of the machine's measured compute and memory "
+                                    "ceilings"))
             verdict = verdict or "host-saturated"
         elif cpu <= LOW_CPU_PCT:
-            findings.append(Finding("warning", "host-idle", "the host CPU is mostly idle",
-                                    f"{cpu_ev}; this process {proc:.0f}%" if proc is not None else cpu_ev,
-                                    "the work waits (I/O, sleep, locks) or runs on one thread: check "
-                                    "torch.get_num_threads() and where the time goes (lesson 08)"))
+            findings.append(Finding("warning", "host-idle", f"the host CPU is mostly idle ({cpu:.0f}% of all cores)",
+                                    proc_ev, "the work waits (I/O, sleep, locks, a GPU) or runs on one thread; "
+                                    "host metrics cannot tell these apart: gl.profile(step) shows where the step's "
+                                    "time goes, torch.get_num_threads() how many threads the math may use"))
             verdict = verdict or "host-idle"
         else:
-            findings.append(Finding("info", "host-partly-busy", "the host CPU is partly busy", cpu_ev,
-                                    "part of the run is serial or waiting: Amdahl's law (lesson 00)"))
+            findings.append(Finding("info", "host-partly-busy", f"the host CPU is partly busy ({cpu:.0f}% of all "
+                                    "cores)", cpu_ev, "part of the run is serial or waiting (Amdahl's law, lesson "
+                                    "00); host metrics cannot say which part: gl.profile(step).verdict names the "
+                                    "cause"))
             verdict = verdict or "host-partly-busy"
         findings.append(Finding("info", "no-gpu-telemetry", "GPU verdicts need NVML", note))
     return Verdict(verdict or "unknown", tuple(findings), "nvml+host" if gpus else "host")

@@ -1,0 +1,176 @@
+"""A suite of training loops with one planted bottleneck each: gl.profile(step).verdict must name the cause,
+with evidence in shares of the machine's measured ceilings. CPU-runnable; each prints its verdict row.
+
+The thresholds are generous (a verdict, not a timing): the cases are built so that their cause dominates on
+any CPU, and a case whose premise does not hold on this machine (bf16 no faster than fp32) is skipped.
+"""
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+import gpulab as gl
+from gpulab.profiling.verdict import FASTER_16BIT
+
+ROWS: list[tuple[str, str, str]] = []
+
+
+@pytest.fixture(scope="module")
+def limits():
+    lim = gl.machine_limits("cpu")
+    print(lim)
+    return lim
+
+
+def _mlp(width: int, depth: int = 3, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
+    torch.manual_seed(0)
+    layers: list[torch.nn.Module] = []
+    for _ in range(depth):
+        layers += [torch.nn.Linear(width, width), torch.nn.ReLU()]
+    return torch.nn.Sequential(*layers).to(dtype)
+
+
+def _train_step(model, batch, *, dtype=torch.float32, log=None, keep=None, data=None):
+    x = torch.randn(batch, model[0].in_features, dtype=dtype)
+    y = torch.randn(batch, model[0].in_features, dtype=dtype)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+
+    def step():
+        xb, yb = (x, y) if data is None else data()
+        with gl.phase("forward"):
+            loss = torch.nn.functional.mse_loss(model(xb), yb)
+        with gl.phase("backward"):
+            loss.backward()
+        with gl.phase("optimizer"):
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        if log is not None:
+            log.append(f"loss {loss.item():.4f}")       # the planted sync: a host read of the loss every step
+        if keep is not None:
+            keep.append(loss)                           # the planted leak: the graph kept alive
+    return step
+
+
+def _profile(case: str, step, limits, **kw):
+    p = gl.profile(step, label=case, trace=False, limits=limits, **{"steps": 4, "warmup": 2, **kw})
+    v = p.verdict
+    ev = next((f.evidence for f in v.findings if f.code == v.verdict), "")
+    ROWS.append((case, v.verdict, ev))
+    print(f"\n{case}: {v!r}\n{p.roofline!r}")
+    return p
+
+
+def test_per_sample_python_transforms_are_input_bound(limits):
+    model = _mlp(128)
+    raw = [torch.randn(128) for _ in range(256)]
+
+    def data():
+        with gl.phase("data"):
+            items = []
+            for r in raw:                                 # per-sample Python: normalise, clip, jitter
+                t = (r - r.mean()) / (r.std() + 1e-6)
+                t = t.clamp(-3, 3) + 0.01 * torch.randn_like(t)
+                items.append(t.flip(0) if float(t[0]) > 0 else t)
+            xb = torch.stack(items)
+            return xb, xb.roll(1, 1)
+
+    p = _profile("per-sample transforms", _train_step(model, 256, data=data), limits)
+    assert p.verdict.verdict == "input-bound" and p.share("data") >= 0.3
+
+
+class _SlowFiles(torch.utils.data.Dataset):
+    """Items read from slow storage: 0.1 ms of waiting each (no CPU used), as from a network disk."""
+
+    def __len__(self) -> int:
+        return 10_000
+
+    def __getitem__(self, i: int):
+        time.sleep(0.0001)
+        return torch.randn(1024), torch.randn(1024)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_dataloader_workers_hide_slow_reads(limits, workers):
+    model = _mlp(1024)
+    loader = torch.utils.data.DataLoader(_SlowFiles(), batch_size=64, num_workers=workers,
+                                         prefetch_factor=4 if workers else None, persistent_workers=bool(workers))
+    it = iter(loader)
+    p = _profile(f"DataLoader, {workers} workers", _train_step(model, 64, data=lambda: next(it)), limits,
+                 steps=6, warmup=4)
+    if workers == 0:
+        assert p.verdict.verdict == "input-bound", p.verdict
+    else:
+        assert p.verdict.verdict != "input-bound" and p.share("data") < 0.3, p.verdict
+    del it
+
+
+def test_tiny_batch_is_overhead_bound(limits):
+    p = _profile("batch of 4", _train_step(_mlp(64), 4), limits)
+    assert p.verdict.verdict == "overhead-bound", p.verdict
+    assert p.roofline.efficiency < 0.5 and p.roofline.compute_share < 0.2
+
+
+def test_a_loss_read_every_step_is_named(limits):
+    """On a CPU a host read costs nothing (no queue to drain), so the verdict stays with the real cost (here a
+    batch of 4: overhead) and names the syncs as what would stall a GPU; on a GPU trace the same loop is
+    sync-bound (tests/test_planted_gpu_traces.py)."""
+    log: list[str] = []
+    p = _profile("batch of 4, loss read every step", _train_step(_mlp(64), 4, log=log), limits)
+    assert p.syncs_per_step >= 1 and "host-syncs" in p.verdict.codes
+    sync = next(f for f in p.verdict.findings if f.code == "host-syncs")
+    assert "free on a CPU" in sync.message and p.verdict.verdict in ("overhead-bound", "sync-bound")
+    assert p.verdict.verdict != "compute-bound"
+
+
+def test_fp32_where_bf16_is_faster_is_precision_bound(limits):
+    if not limits.has("bfloat16") or limits.peak_flops("bfloat16") < FASTER_16BIT * limits.peak_flops("float32"):
+        pytest.skip(f"bf16 is not {FASTER_16BIT}x fp32 on this CPU ({limits.dtypes})")
+    p = _profile("fp32, large batch", _train_step(_mlp(1024), 1024), limits, steps=3)
+    assert p.verdict.verdict == "precision-bound", p.verdict
+    assert p.roofline.compute_share >= 0.4 and "bfloat16" in p.verdict.findings[0].message
+
+
+def test_healthy_large_batch_16bit_loop_is_compute_bound(limits):
+    fast16 = limits.has("bfloat16") and limits.peak_flops("bfloat16") >= FASTER_16BIT * limits.peak_flops("float32")
+    dtype = torch.bfloat16 if fast16 else torch.float32
+    p = _profile(f"{str(dtype)[6:]}, large batch", _train_step(_mlp(1024, dtype=dtype), 1024, dtype=dtype), limits,
+                 steps=3)
+    assert p.verdict.verdict == "compute-bound", p.verdict
+    assert p.roofline.compute_share >= 0.4 and p.verdict.findings[0].level == "ok"
+
+
+def test_elementwise_heavy_model_is_memory_bound(limits):
+    torch.manual_seed(0)
+    d = 4096
+    scale, shift = torch.ones(d, requires_grad=True), torch.zeros(d, requires_grad=True)
+    x = torch.randn(8192, d)                  # 128 MiB per activation: beyond any CPU cache
+    opt = torch.optim.SGD([scale, shift], lr=1e-3)
+
+    def step():
+        h = x * scale + shift
+        h = h * 0.5 + h
+        loss = h.square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    p = _profile("elementwise model", step, limits, steps=3)
+    assert p.verdict.verdict == "memory-bound", p.verdict
+    assert p.roofline.bound == "memory" and p.roofline.flops == 0 and p.roofline.memory_share > 0.02
+
+
+def test_a_kept_graph_is_a_leak(limits):
+    kept: list = []
+    p = _profile("losses kept with their graph", _train_step(_mlp(256), 64, keep=kept), limits)
+    assert "memory-leak" in p.verdict.codes and p.kept_graph[0] >= 1 and p.kept_graph[1] > 0
+    clean = _profile("losses kept as numbers", _train_step(_mlp(256), 64), limits)
+    assert "memory-leak" not in clean.verdict.codes and clean.kept_graph == (0, 0)
+
+
+def test_zz_verdict_table():
+    """The suite's table: case -> verdict -> evidence (printed; run with -s to see it)."""
+    assert ROWS, "run the whole module to fill the table"
+    for case, verdict, ev in ROWS:
+        print(f"| {case} | {verdict} | {ev} |")
