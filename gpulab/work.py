@@ -17,12 +17,13 @@ Example:
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from ._format import fmt_bytes, fmt_rate
 
-__all__ = ["Work", "count_work", "SYNC_OPS"]
+__all__ = ["SYNC_OPS", "Work", "count_work"]
 
 # reading a device tensor's value on the host: the host waits for the device's queue
 SYNC_OPS = ("_local_scalar_dense", "item", "equal", "is_nonzero")

@@ -19,10 +19,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._format import fmt_bytes, fmt_rate, fmt_seconds, html_table, text_table
-from .events import LONG_OP_S, MANY_OPS_PER_STEP, TINY_KERNEL_S, TINY_OP_S
+from .events import MANY_OPS_PER_STEP, TINY_KERNEL_S, TINY_OP_S
 
-__all__ = ["StepRoofline", "step_roofline", "diagnose_profile", "VERDICTS", "NEAR_CEILING", "FASTER_16BIT",
-           "SYNC_IDLE_SHARE"]
+__all__ = [
+    "FASTER_16BIT",
+    "NEAR_CEILING",
+    "SYNC_IDLE_SHARE",
+    "VERDICTS",
+    "StepRoofline",
+    "diagnose_profile",
+    "step_roofline",
+]
 
 NEAR_CEILING = 0.5     # the step's work at the ceilings takes at least half its measured time: bound by a roof
 FASTER_16BIT = 1.5     # a measured 16-bit ceiling this many times the fp32 one makes fp32 a choice worth naming
@@ -220,7 +227,8 @@ def diagnose_profile(summary: Any) -> Any:
         half = roof.dtype == "float32" and s.limits.fastest_16bit()
         ratio = s.limits.peak_flops(half) / roof.flops_ceiling if half else 1.0
         if near and roof.bound == "compute":
-            code = "precision-bound" if ratio >= FASTER_16BIT and not slow_ops else "compute-bound"
+            code = ("precision-bound" if ratio >= FASTER_16BIT and (not slow_ops or roof.compute_share >= 0.4)
+                    else "compute-bound")
             msg = (f"near the {roof.dtype} compute ceiling ({roof.efficiency:.0%} of the time the work needs at "
                    "the ceilings)" if not slow_ops else
                    f"the compute side sets the pace: long operators take {in_ops:.0%} of the step, at "
