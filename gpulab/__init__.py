@@ -33,7 +33,7 @@ Published figures stand beside yours with their source and hardware (``gl.publis
 The names above (``gpulab.__all__``, at most 40) are the stable toolkit. Everything else lives one level
 down, by concern: ``gl.timing``, ``gl.limits`` (measured ceilings), ``gl.roofline``, ``gl.work`` (a call's
 FLOPs and bytes per operator), ``gl.reference``, ``gl.system``,
-``gl.diagnosis``, ``gl.telemetry`` (Monitor, NVML), ``gl.profiling``, ``gl.memory`` (peak, breakdown,
+``gl.diagnosis``, ``gl.compiling`` (torch.compile reports, CUDA graphs, ONNX Runtime), ``gl.telemetry`` (Monitor, NVML), ``gl.profiling``, ``gl.memory`` (peak, breakdown,
 out-of-memory, leaks, CUDA allocator), ``gl.data`` (loader measurement), ``gl.distributed`` (torchrun,
 scaling), ``gl.transfer``, ``gl.errors``. The course's own scaffolding (reference models, synthetic data,
 lesson demonstrations, exercise checks) is ``from gpulab import course``.
@@ -45,8 +45,8 @@ Example:
     >>> len(gl.__all__) <= 40
     True
 """
-from . import (data, diagnosis, distributed, errors, interleaved, limits, memory, plots, precision, profiling,
-               reference, roofline, session, system, tables, telemetry, timing, transfer, work)
+from . import (compiling, data, diagnosis, distributed, errors, interleaved, limits, memory, plots, precision,
+               profiling, reference, roofline, session, system, tables, telemetry, timing, transfer, work)
 from ._deprecated import deprecated_attribute, deprecated_names
 from .data import compare_loaders, measure_loader
 from .diagnosis import doctor

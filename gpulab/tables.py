@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from ._check import table_rows
-from ._format import TableView, NA, fmt_bytes, fmt_number, fmt_rate, html_table, text_table
+from ._format import TableView, NA, fmt_bytes, fmt_number, fmt_rate, fmt_seconds, html_table, text_table
 from .limits import ceiling_for
 from .reference import Published, published
 from .timing import Measurement
@@ -50,13 +50,19 @@ class Comparison(TableView):
     peak_flops: float | None = None
     peak_bandwidth: float | None = None
     published: Mapping[str, Published] = field(default_factory=dict)
+    setup_s: Mapping[str, float] = field(default_factory=dict)   # one-off cost per row (compile, export)
     # the ceilings the shares divide by: the given ones, raised to a row's rate when it ran faster
     flops_ceiling: float | None = field(init=False)
     bandwidth_ceiling: float | None = field(init=False)
     ceiling_notes: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
-        table_rows(self.measurements, Measurement, "gl.benchmark", self.baseline, self.published)
+        labels = table_rows(self.measurements, Measurement, "gl.benchmark", self.baseline, self.published)
+        for k, v in self.setup_s.items():
+            if k not in labels:
+                raise ValueError(f"setup_s given for unknown label {k!r}; labels are {labels}")
+            if not (isinstance(v, (int, float)) and v >= 0 and math.isfinite(v)):
+                raise ValueError(f"setup_s[{k!r}] must be seconds >= 0, got {v!r}")
         for name in ("peak_flops", "peak_bandwidth"):
             v = getattr(self, name)
             if v is not None and not (isinstance(v, (int, float)) and v > 0 and math.isfinite(v)):
@@ -76,6 +82,15 @@ class Comparison(TableView):
     def speedup(self, label: str) -> float:
         """Baseline median time / this row's median time (>1 is faster)."""
         return self.measurement(self.baseline).median_s / self.measurement(label).median_s
+
+    def break_even_calls(self, label: str) -> float | None:
+        """Calls after which ``label``'s one-off cost (``setup_s``) is paid back by its faster calls, counted
+        against the baseline's time per call; None when it is not faster or has no one-off cost."""
+        cost = self.setup_s.get(label)
+        saved = self.measurement(self.baseline).median_s - self.measurement(label).median_s
+        if cost is None or saved <= 0:
+            return None
+        return cost / saved
 
     def to_dataframe(self) -> Any:
         """The table as a pandas DataFrame of raw numbers (seconds, items/s, bytes, fractions)."""
@@ -99,6 +114,8 @@ class Comparison(TableView):
                 "fraction_of_peak_bandwidth": (m.bytes_per_s / self.bandwidth_ceiling
                                                if self.bandwidth_ceiling and m.bytes_per_s is not None else None),
                 "noisy": m.noisy,
+                "setup_s": self.setup_s.get(m.label),
+                "break_even_calls": self.break_even_calls(m.label),
                 "published": str(pub) if pub else None,
             })
         return pd.DataFrame(rows).set_index("label")
@@ -114,6 +131,7 @@ class Comparison(TableView):
         header = ["variant", f"median ({unit})", "IQR"]
         header += ["items/s"] if show_items else []
         header += [f"speedup vs {self.baseline}"]
+        header += ["one-off cost", "break-even"] if self.setup_s else []
         header += ["peak memory"] if show_mem else []
         header += ["achieved"] if show_flops else []
         header += ["% of peak FLOP/s"] if show_flops and self.peak_flops else []
@@ -125,6 +143,10 @@ class Comparison(TableView):
             r = [m.label + (" *" if m.noisy else ""), f"{m.median_s / scale:.4g}", f"{m.relative_iqr:.0%}"]
             r += [fmt_number(m.items_per_s)] if show_items else []
             r += [f"{self.speedup(m.label):.2f}x"]
+            if self.setup_s:
+                cost, be = self.setup_s.get(m.label), self.break_even_calls(m.label)
+                r += [NA if cost is None else fmt_seconds(cost),
+                      NA if cost is None else ("never" if be is None else f"{fmt_number(math.ceil(be))} calls")]
             r += [fmt_bytes(m.peak_memory_bytes)] if show_mem else []
             r += [fmt_rate(m.flops_per_s, "FLOP/s")] if show_flops else []
             if show_flops and self.peak_flops:
@@ -174,16 +196,17 @@ class Comparison(TableView):
 
 def compare(measurements: Sequence[Measurement], baseline: str | None = None, *, title: str = "Comparison",
             published_figures: Mapping[str, str | Published] | None = None, peak_flops: float | None = None,
-            peak_bandwidth: float | None = None) -> Comparison:
+            peak_bandwidth: float | None = None, setup_s: Mapping[str, float] | None = None) -> Comparison:
     """Build a :class:`Comparison`. ``baseline`` defaults to the first measurement's label.
 
     ``published_figures`` maps a row label to a key of :func:`gpulab.published` (or a
     :class:`Published`), shown beside that row. ``peak_flops`` / ``peak_bandwidth`` are the
-    machine's measured limits (e.g. from :func:`gpulab.machine_limits`).
+    machine's measured limits (e.g. from :func:`gpulab.machine_limits`). ``setup_s`` maps a row label to a
+    one-off cost in seconds (a compile, an export): the table adds it and the break-even call count.
     """
     ms = tuple(measurements)
     if not ms:
         raise ValueError("compare needs at least one Measurement")
     pubs = {k: (v if isinstance(v, Published) else published(v)) for k, v in (published_figures or {}).items()}
     return Comparison(ms, baseline if baseline is not None else getattr(ms[0], "label", ""), title,
-                      peak_flops, peak_bandwidth, pubs)
+                      peak_flops, peak_bandwidth, pubs, dict(setup_s or {}))

@@ -1,0 +1,377 @@
+"""Compile and report in one object: compile time, graph breaks with their reasons, recompilations, the
+steady-state speedup (eager and compiled timed interleaved) and the break-even step count.
+
+A compiler pays once (tracing, code generation, autotuning) to save a little on every later call, so the
+question is never only "is it faster?" but "after how many calls has it paid for itself?":
+``break_even_steps = compile_s / (eager_s - compiled_s)``.
+
+Example:
+    >>> import torch, gpulab as gl
+    >>> f = lambda x: (x * 2).sin() + 1
+    >>> r = gl.compiling.compile_report(f, torch.ones(64), backend="eager", min_run_time=0.05)
+    >>> r.compiles, r.breaks.breaks, r.recompiles        # one graph, no break, no recompile
+    (1, 0, 0)
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ._format import fmt_number, fmt_seconds, html_table, text_table
+from .timing import Measurement
+
+__all__ = ["CompileReport", "Exported", "GraphBreaks", "OnnxModel", "compile_report", "compiled_graphs", "cuda_graph",
+           "export", "graph_breaks", "onnx_runtime"]
+
+
+@dataclass(frozen=True)
+class GraphBreaks:
+    """What ``torch._dynamo.explain`` found: graphs, breaks, and why each break happened (with where)."""
+
+    graphs: int
+    breaks: int
+    reasons: tuple[str, ...]
+    ops: int
+
+    def __repr__(self) -> str:
+        head = f"{self.graphs} graph(s), {self.breaks} graph break(s), {self.ops} operators traced"
+        return head + "".join(f"\n  break {i + 1}: {r}" for i, r in enumerate(self.reasons))
+
+    def _repr_html_(self) -> str:
+        rows = [(str(i + 1), r) for i, r in enumerate(self.reasons)] or [("-", "no graph break")]
+        return html_table(("break", "reason (where)"), rows, caption=f"{self.graphs} graph(s), {self.breaks} "
+                          f"graph break(s), {self.ops} operators traced")
+
+
+@contextlib.contextmanager
+def _quiet(*names: str) -> Iterator[None]:
+    """Silence torch's own warning logs (graph-break and guard messages) while gpulab reports them itself."""
+    loggers = [logging.getLogger(n) for n in names]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+_TORCH_LOGS = ("torch._dynamo", "torch.fx.experimental.symbolic_shapes", "torch._export", "torch.export")
+
+
+def _reason(r: Any) -> str:
+    where = ""
+    stack = getattr(r, "user_stack", None) or []
+    if stack:
+        frame = stack[-1]
+        where = f" ({getattr(frame, 'filename', '?').rsplit('/', 1)[-1]}, line {getattr(frame, 'lineno', '?')})"
+    text = " ".join(str(getattr(r, "reason", r)).split()).split(" Hint:")[0]
+    return ((text[:180] + "...") if len(text) > 180 else text) + where
+
+
+def graph_breaks(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> GraphBreaks:
+    """Trace ``fn(*args)`` with TorchDynamo (no code generation: fast) and report its graph breaks.
+
+    Example:
+        >>> import torch, gpulab as gl
+        >>> def f(x):
+        ...     y = x * 2
+        ...     print("side effect")          # Python the graph cannot hold: a break
+        ...     return y + 1
+        >>> gl.compiling.graph_breaks(f, torch.ones(3)).breaks
+        side effect
+        1
+    """
+    if not callable(fn):
+        raise TypeError(f"graph_breaks needs a callable, got {type(fn).__name__}")
+    import torch
+
+    with _quiet(*_TORCH_LOGS):
+        out = torch._dynamo.explain(fn)(*args, **kwargs)
+    torch._dynamo.reset()
+    return GraphBreaks(int(out.graph_count), int(out.graph_break_count),
+                       tuple(_reason(r) for r in out.break_reasons), int(getattr(out, "op_count", 0) or 0))
+
+
+def compiled_graphs() -> int:
+    """Graphs TorchDynamo has compiled in this process so far (``torch._dynamo.utils.counters``): the
+    difference across a call counts its compilations and recompilations.
+
+    Example:
+        >>> import torch
+        >>> before = compiled_graphs()
+        >>> f = torch.compile(lambda x: x - 1, backend="eager")
+        >>> _ = f(torch.ones(2)); _ = f(torch.ones(2))
+        >>> compiled_graphs() - before                   # the second call reuses the graph
+        1
+    """
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
+@dataclass(frozen=True)
+class Exported:
+    """The result of :func:`export`: the ``ExportedProgram`` (None when export failed), the first line of the
+    error that stopped it, and the seconds it took."""
+
+    program: Any
+    error: str | None
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return self.program is not None
+
+    def __repr__(self) -> str:
+        if self.ok:
+            n = sum(1 for node in self.program.graph.nodes if node.op == "call_function")
+            return f"exported in {fmt_seconds(self.seconds)}: one graph of {n} ATen operators"
+        return f"export failed after {fmt_seconds(self.seconds)}: {self.error}"
+
+
+def export(model: Any, *args: Any) -> Exported:
+    """``torch.export.export(model, args)`` with torch's own logs quieted; a failure (a data-dependent branch,
+    an untraceable call) is returned as its first line, not raised.
+
+    Example:
+        >>> import torch, gpulab as gl
+        >>> gl.compiling.export(torch.nn.Linear(3, 2), torch.ones(1, 3)).ok
+        True
+    """
+    import torch
+
+    import io
+
+    t0 = time.perf_counter()
+    sink = io.StringIO()                      # a failing export prints the partial graph: the error says enough
+    with _quiet(*_TORCH_LOGS), contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+        try:
+            program, error = torch.export.export(model, tuple(args)), None
+        except Exception as e:              # torch raises several types (UserError, GuardOnDataDependentSymNode...)
+            program = None
+            lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+            error = f"{type(e).__name__}: {(lines[0] if lines else '')[:200]}"
+    return Exported(program, error, time.perf_counter() - t0)
+
+
+@dataclass(frozen=True)
+class CompileReport:
+    """Eager vs compiled, one function: what compiling cost and what it bought (see :func:`compile_report`)."""
+
+    label: str
+    backend: str
+    mode: str | None
+    first_call_s: float           # the first compiled call: tracing + code generation + one run
+    eager: Measurement
+    compiled: Measurement
+    compiles: int                 # graphs compiled by the first call (1 without breaks)
+    recompiles: int               # graphs compiled again during the timed calls (guards that failed)
+    breaks: GraphBreaks | None
+    code: tuple[str, ...] = ()    # generated source (Inductor), when it was generated in this call
+
+    @property
+    def compile_s(self) -> float:
+        """The one-off cost: the first compiled call minus a steady compiled call."""
+        return max(0.0, self.first_call_s - self.compiled.median_s)
+
+    @property
+    def speedup(self) -> float:
+        return self.eager.median_s / self.compiled.median_s
+
+    @property
+    def saved_per_call_s(self) -> float:
+        return self.eager.median_s - self.compiled.median_s
+
+    @property
+    def break_even_steps(self) -> float | None:
+        """Calls after which the compile time is paid back; None when compiled is not faster (never)."""
+        return self.compile_s / self.saved_per_call_s if self.saved_per_call_s > 0 else None
+
+    @property
+    def noisy(self) -> bool:
+        return self.eager.noisy or self.compiled.noisy
+
+    def _rows(self) -> list[tuple[str, str]]:
+        be = self.break_even_steps
+        rows = [("compile (first call)", fmt_seconds(self.compile_s)),
+                ("eager per call", fmt_seconds(self.eager.median_s)),
+                ("compiled per call", fmt_seconds(self.compiled.median_s)),
+                ("speedup", f"{self.speedup:.2f}x" + (" (noisy)" if self.noisy else "")),
+                ("break-even", "never (not faster)" if be is None else f"{fmt_number(math.ceil(be))} calls"),
+                ("graphs / recompiles", f"{self.compiles} / {self.recompiles}")]
+        if self.breaks is not None:
+            rows.append(("graph breaks", str(self.breaks.breaks)))
+        return rows
+
+    def _caption(self) -> str:
+        mode = f", mode={self.mode!r}" if self.mode else ""
+        return f"torch.compile {self.label!r} (backend={self.backend!r}{mode}) on {self.eager.env}"
+
+    def __repr__(self) -> str:
+        return self._caption() + "\n" + text_table(("", ""), self._rows())
+
+    def _repr_html_(self) -> str:
+        return html_table(("", ""), self._rows(), caption=self._caption(),
+                          footer="eager and compiled timed interleaved; median per call" +
+                                 ("; noisy: re-run before trusting small differences" if self.noisy else ""))
+
+
+def compile_report(fn: Callable[..., Any], *args: Any, label: str = "fn", backend: str = "inductor",
+                   mode: str | None = None, dynamic: bool | None = None, fullgraph: bool = False,
+                   explain: bool = True, min_run_time: float = 1.0, device: Any = None,
+                   capture_code: bool = False, inputs: Sequence[tuple[Any, ...]] | None = None) -> CompileReport:
+    """``torch.compile(fn)``, measured: the first call (compile time), graph breaks (``explain``), then eager
+    and compiled timed interleaved on ``args`` (:func:`gpulab.benchmark_interleaved`), counting the
+    recompilations that happen while timing. ``inputs`` adds more argument tuples to call the compiled
+    function with once each before timing (e.g. other shapes: they show as recompiles).
+    ``capture_code=True`` keeps Inductor's generated source (forces a fresh compile).
+    """
+    if not callable(fn):
+        raise TypeError(f"compile_report needs a callable, got {type(fn).__name__}")
+    if mode is not None and mode not in ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"):
+        raise ValueError(f"unknown mode {mode!r}: default, reduce-overhead, max-autotune or "
+                         "max-autotune-no-cudagraphs")
+    if mode is not None and backend != "inductor":
+        raise ValueError(f"mode={mode!r} is an Inductor setting: use backend='inductor' or leave mode out")
+    import torch
+
+    from .interleaved import benchmark_interleaved
+    from .timing import synchronize
+
+    breaks = graph_breaks(fn, *args) if explain else None
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend=backend, mode=mode, dynamic=dynamic, fullgraph=fullgraph)
+    fn(*args)                                   # eager warm-up (lazy init) outside the first compiled call
+    synchronize(device)
+    code: list[str] = []
+    start = compiled_graphs()
+    t0 = time.perf_counter()
+    if capture_code and backend == "inductor":
+        from torch._inductor.utils import run_and_get_code
+
+        _, code = run_and_get_code(compiled, *args)
+    else:
+        compiled(*args)
+    synchronize(device)
+    first = time.perf_counter() - t0
+    first_compiles = compiled_graphs() - start
+    for extra in inputs or ():
+        compiled(*extra)
+    ms = benchmark_interleaved({f"{label}, eager": lambda: fn(*args), f"{label}, compiled": lambda: compiled(*args)},
+                               min_run_time=min_run_time, device=device)
+    return CompileReport(label, backend, mode, first, ms[f"{label}, eager"], ms[f"{label}, compiled"],
+                         first_compiles, compiled_graphs() - start - first_compiles, breaks, tuple(code))
+
+
+def cuda_graph(fn: Callable[..., Any], *static_inputs: Any, warmup: int = 3) -> Callable[..., Any]:
+    """Capture ``fn(*static_inputs)`` into a ``torch.cuda.CUDAGraph`` and return ``replay(*inputs)``: it copies
+    ``inputs`` into the static input tensors, replays every captured kernel with one launch, and returns the
+    static output (overwritten by the next replay: clone it to keep it). CUDA only.
+
+    As PyTorch's CUDA Graphs notes require: ``warmup`` calls run first on a side stream (lazy initialisation,
+    cuBLAS workspaces, allocator growth happen outside the capture); shapes, dtypes and devices stay those of
+    ``static_inputs``; no host sync (``.item()``, printing, ``.cpu()``) may happen inside ``fn``. Use it for
+    inference (``torch.inference_mode()``) or a whole static training step.
+    """
+    if not callable(fn):
+        raise TypeError(f"cuda_graph needs a callable, got {type(fn).__name__}")
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("CUDA graphs need an NVIDIA GPU (torch.cuda.is_available() is False); on a CPU the "
+                           "overhead they remove is measured per operator instead (lesson 10, section 3)")
+    if not static_inputs or not all(isinstance(t, torch.Tensor) and t.is_cuda for t in static_inputs):
+        raise ValueError("static_inputs must be CUDA tensors (the graph reads its inputs from their memory)")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            fn(*static_inputs)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_output = fn(*static_inputs)
+
+    def replay(*inputs: Any) -> Any:
+        if len(inputs) != len(static_inputs):
+            raise ValueError(f"replay takes {len(static_inputs)} input(s), like the capture, got {len(inputs)}")
+        for dst, src in zip(static_inputs, inputs):
+            if src is not dst:
+                dst.copy_(src)
+        graph.replay()
+        return static_output
+
+    replay.graph = graph                      # type: ignore[attr-defined]
+    return replay
+
+
+@dataclass(frozen=True)
+class OnnxModel:
+    """A model exported to ONNX and loaded in an ONNX Runtime session: call it with tensors, get tensors back."""
+
+    path: str
+    export_s: float
+    load_s: float
+    providers: tuple[str, ...]
+    session: Any
+
+    def __call__(self, *inputs: Any) -> Any:
+        import numpy as np
+        import torch
+
+        names = [i.name for i in self.session.get_inputs()]
+        feed = {n: (x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x))
+                for n, x in zip(names, inputs)}
+        out = [torch.from_numpy(o) for o in self.session.run(None, feed)]
+        return out[0] if len(out) == 1 else tuple(out)
+
+    def __repr__(self) -> str:
+        return (f"ONNX model {self.path}: exported in {fmt_seconds(self.export_s)}, loaded in "
+                f"{fmt_seconds(self.load_s)}; ONNX Runtime providers {', '.join(self.providers)}")
+
+
+def onnx_runtime(model: Any, *example_inputs: Any, path: str = "model.onnx",
+                 providers: Sequence[str] | None = None) -> OnnxModel:
+    """Export ``model`` with ``torch.onnx.export(..., dynamo=True)`` (the torch.export-based exporter) and load it
+    in ONNX Runtime. ``providers`` default: CUDA then CPU where onnxruntime-gpu offers CUDA, else CPU.
+    Outputs come back as CPU tensors (ONNX Runtime works on NumPy arrays here: on a GPU each call includes the
+    copies to and from the device).
+
+    Example:
+        >>> import torch, gpulab as gl
+        >>> m = torch.nn.Linear(4, 2).eval()
+        >>> onnx = gl.compiling.onnx_runtime(m, torch.ones(1, 4), path="/tmp/gpulab-doc.onnx")  # doctest: +SKIP
+        >>> torch.allclose(onnx(torch.ones(1, 4)), m(torch.ones(1, 4)), atol=1e-6)               # doctest: +SKIP
+        True
+    """
+    try:
+        import onnxruntime as ort
+    except ImportError as e:
+        raise ImportError("ONNX Runtime is not installed: pip install onnx onnxscript onnxruntime "
+                          "(onnxruntime-gpu on an NVIDIA machine)") from e
+    import torch
+
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        torch.onnx.export(model, tuple(example_inputs), path, dynamo=True, verbose=False)
+    export_s = time.perf_counter() - t0
+    available = ort.get_available_providers()
+    wanted = list(providers) if providers else [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider")
+                                                 if p in available]
+    missing = [p for p in wanted if p not in available]
+    if missing:
+        raise ValueError(f"ONNX Runtime here offers {available}, not {missing}: install onnxruntime-gpu for CUDA")
+    options = ort.SessionOptions()
+    # ONNX Runtime's worker threads spin after each run by default, taking cores from whatever runs next (the
+    # eager model it is timed against): let them sleep
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    t0 = time.perf_counter()
+    session = ort.InferenceSession(path, sess_options=options, providers=wanted)
+    return OnnxModel(path, export_s, time.perf_counter() - t0, tuple(session.get_providers()), session)
