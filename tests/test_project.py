@@ -162,3 +162,16 @@ def test_pip_install_core_alone(tmp_path):
     names = subprocess.run([str(py), "-m", "pip", "list", "--format=json"], capture_output=True, text=True,
                            env=env).stdout
     assert "torch" not in {p["name"] for p in json.loads(names)}
+
+
+def test_every_notebook_names_the_kernel_make_installs():
+    """The Makefile installs the course kernel as ``python3`` (KERNEL): a notebook naming another kernelspec
+    (the lessons, the UI suite's fixtures) fails to start in a fresh venv."""
+    kernel = next(line.split(":=")[1].strip() for line in (ROOT / "Makefile").read_text().splitlines()
+                  if line.startswith("KERNEL :="))
+    skip = {"build", ".ipynb_checkpoints", ".venv", ".venv-compat", "site-packages", "node_modules", ".git"}
+    books = [p for p in ROOT.rglob("*.ipynb") if not skip & set(p.parts)]
+    assert len(books) >= 14
+    wrong = {str(p.relative_to(ROOT)): json.loads(p.read_text())["metadata"].get("kernelspec", {}).get("name")
+             for p in books}
+    assert {p: k for p, k in wrong.items() if k != kernel} == {}

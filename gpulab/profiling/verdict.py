@@ -38,6 +38,7 @@ HOST_GAP_SHARE = 0.5   # on a CPU, this share of the step outside any operator: 
 IN_OPS_SHARE = 0.5     # the step's (non-data) time inside long operators (busy device): they set the pace
 OVERHEAD_SHARE = 0.2   # ... and this share outside them is overhead worth naming beside the main verdict
 SLOW_COMPUTE_SHARE = 0.25  # long operators on the compute side this far below the ceiling: too small to fill it
+PRECISION_SHARE = 0.4  # ... and at this share of the fp32 ceiling or more, a faster 16-bit ceiling is the lever
 
 VERDICTS = {
     "input-bound": "the step waits for data (30% or more of its time in the data phase)",
@@ -97,13 +98,15 @@ class StepRoofline:
         return (f"{fmt_rate(self.achieved_flops_per_s, 'FLOP/s')} = {self.compute_share:.0%} of the measured "
                 f"{self.dtype} ceiling ({fmt_rate(self.flops_ceiling, 'FLOP/s')}); "
                 f"{fmt_rate(self.achieved_bytes_per_s)} = {self.memory_share:.0%} of the memory ceiling "
-                f"({fmt_rate(self.bandwidth)}); the operators need {fmt_seconds(self.ideal_compute_s + self.ideal_memory_s)}"
-                f" at the ceilings, the step took {fmt_seconds(self.step_s)} ({self.efficiency:.0%})")
+                f"({fmt_rate(self.bandwidth)}); the operators need "
+                f"{fmt_seconds(self.ideal_compute_s + self.ideal_memory_s)} at the ceilings, the step took "
+                f"{fmt_seconds(self.step_s)} ({self.efficiency:.0%})")
 
     def _rows(self) -> list[tuple[str, str, str]]:
         return [("compute", fmt_rate(self.achieved_flops_per_s, "FLOP/s"),
                  f"{self.compute_share:.0%} of {fmt_rate(self.flops_ceiling, 'FLOP/s')} ({self.dtype})"),
-                ("memory", fmt_rate(self.achieved_bytes_per_s), f"{self.memory_share:.0%} of {fmt_rate(self.bandwidth)}"),
+                ("memory", fmt_rate(self.achieved_bytes_per_s),
+                 f"{self.memory_share:.0%} of {fmt_rate(self.bandwidth)}"),
                 ("time at the ceilings", fmt_seconds(self.ideal_compute_s + self.ideal_memory_s),
                  f"{self.efficiency:.0%} of the {fmt_seconds(self.step_s)} step")]
 
@@ -197,10 +200,12 @@ def diagnose_profile(summary: Any) -> Any:
 
     In order: ``input-bound`` (data phases >= 30% of the step); with the step's work and the ceilings, a
     step whose operators need >= 50% of its time at the ceilings is ``compute-bound`` /
-    ``precision-bound`` / ``memory-bound`` by the roof that bounds it, otherwise ``sync-bound`` (GPU idle
-    >= 15% of the step after host syncs) or ``overhead-bound`` with its cause. Findings add host syncs
-    (free on a CPU, a stall on a GPU), the precision hint, a graph kept from step to step (a leak), and on
-    a GPU the idle split (waiting for the host vs between kernels). Without work or ceilings
+    ``precision-bound`` / ``memory-bound`` by the roof that bounds it; so is a step whose non-data time is
+    >= 50% inside long operators (>= 50 us; on a GPU: the device busy with kernels that are not tiny) on the
+    memory side, or on the compute side at >= 25% of the ceiling (precision-bound from 40%); otherwise
+    ``sync-bound`` (GPU idle >= 15% of the step after host syncs) or ``overhead-bound`` with its cause.
+    Findings add host syncs (free on a CPU, a stall on a GPU), the precision hint, a graph kept from step to
+    step (a leak), and on a GPU the idle split (waiting for the host vs between kernels). Without work or ceilings
     (``warmup=0``, ``limits=False``) the thresholds alone decide.
     """
     from ..telemetry.diagnose import DATA_SHARE, Finding, Verdict
@@ -227,8 +232,8 @@ def diagnose_profile(summary: Any) -> Any:
         half = roof.dtype == "float32" and s.limits.fastest_16bit()
         ratio = s.limits.peak_flops(half) / roof.flops_ceiling if half else 1.0
         if near and roof.bound == "compute":
-            code = ("precision-bound" if ratio >= FASTER_16BIT and (not slow_ops or roof.compute_share >= 0.4)
-                    else "compute-bound")
+            lever = ratio >= FASTER_16BIT and (not slow_ops or roof.compute_share >= PRECISION_SHARE)
+            code = "precision-bound" if lever else "compute-bound"
             msg = (f"near the {roof.dtype} compute ceiling ({roof.efficiency:.0%} of the time the work needs at "
                    "the ceilings)" if not slow_ops else
                    f"the compute side sets the pace: long operators take {in_ops:.0%} of the step, at "
@@ -271,7 +276,8 @@ def diagnose_profile(summary: Any) -> Any:
         if half and ratio >= FASTER_16BIT and code != "precision-bound" and roof.flops:
             f.append(Finding("info", "precision", f"the matmuls run in float32; this machine's measured {half} "
                              f"ceiling is {ratio:.1f}x the float32 one",
-                             f"{fmt_rate(s.limits.peak_flops(half), 'FLOP/s')} vs {fmt_rate(roof.flops_ceiling, 'FLOP/s')}",
+                             f"{fmt_rate(s.limits.peak_flops(half), 'FLOP/s')} vs "
+                             f"{fmt_rate(roof.flops_ceiling, 'FLOP/s')}",
                              "once the overheads above are gone, mixed precision (lesson 04)"))
     else:
         verdict = _thresholds(s, f, verdict)
