@@ -202,7 +202,8 @@ def diagnose_profile(summary: Any) -> Any:
     step whose operators need >= 50% of its time at the ceilings is ``compute-bound`` /
     ``precision-bound`` / ``memory-bound`` by the roof that bounds it; so is a step whose non-data time is
     >= 50% inside long operators (>= 50 us; on a GPU: the device busy with kernels that are not tiny) on the
-    memory side, or on the compute side at >= 25% of the ceiling (precision-bound from 40%); otherwise
+    memory side, or on the compute side at >= 25% of the ceiling (precision-bound from 40%), unless the step
+    makes hundreds of tiny operator calls (>= 200 per step, median < 20 us: overhead whatever else runs); otherwise
     ``sync-bound`` (GPU idle >= 15% of the step after host syncs) or ``overhead-bound`` with its cause.
     Findings add host syncs (free on a CPU, a stall on a GPU), the precision hint, a graph kept from step to
     step (a leak), and on a GPU the idle split (waiting for the host vs between kernels). Without work or ceilings
@@ -226,7 +227,10 @@ def diagnose_profile(summary: Any) -> Any:
                   if gpu and s.device.idle_after_sync_s is not None and s.total_s > 0 else 0.0)
     if roof is not None:
         in_ops = _in_operators(s)
-        slow_ops = roof.efficiency < NEAR_CEILING and in_ops >= IN_OPS_SHARE and (
+        # hundreds of tiny operator calls per step are overhead whatever a few long ones do
+        many_tiny = (not gpu and s.op_calls_per_step >= MANY_OPS_PER_STEP and s.median_op_s is not None
+                     and s.median_op_s < TINY_OP_S)
+        slow_ops = roof.efficiency < NEAR_CEILING and in_ops >= IN_OPS_SHARE and not many_tiny and (
             roof.bound == "memory" or roof.compute_share >= SLOW_COMPUTE_SHARE)
         near = roof.efficiency >= NEAR_CEILING or slow_ops
         half = roof.dtype == "float32" and s.limits.fastest_16bit()
