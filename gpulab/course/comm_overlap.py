@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from .._check import whole
+from .._spans import merge_spans
 
 __all__ = ["CommOverlap", "comm_overlap", "profile_comm_overlap", "COMM_MARKERS"]
 
@@ -48,16 +49,6 @@ class CommOverlap:
                 f"in {self.compute_kernels} kernels)")
 
 
-def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[tuple[float, float]] = []
-    for start, end in sorted(intervals):
-        if out and start <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], end))
-        else:
-            out.append((start, end))
-    return out
-
-
 def _length(intervals: list[tuple[float, float]]) -> float:
     return sum(end - start for start, end in intervals)
 
@@ -86,7 +77,7 @@ def comm_overlap(kernels: Iterable[tuple[str, float, float]]) -> CommOverlap:
             comm.append((float(start), float(end)))
         elif not any(m in low for m in _NOT_COMPUTE):
             compute.append((float(start), float(end)))
-    uc, uk = _union(comm), _union(compute)
+    uc, uk = merge_spans(comm), merge_spans(compute)
     return CommOverlap(_length(uc) / 1e6, _length(uk) / 1e6, _intersection(uc, uk) / 1e6, len(comm), len(compute))
 
 

@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import contextlib
-import math
 import statistics
 import warnings
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence
+
+from .._spans import covered, merge_spans
 
 __all__ = ['phase', 'OpStat', 'DeviceCheck', 'check_device_events', 'PHASES', 'TINY_OP_S', 'MANY_OPS_PER_STEP', 'TINY_KERNEL_S', 'SYNC_CALLS', 'KERNEL_GAP_S', 'LONG_OP_S', 'idle_split']
 
@@ -170,33 +171,7 @@ def _interval_s(ev: Any) -> tuple[float, float]:
 
 def _union(intervals: Iterable[tuple[float, float]], lo: float | None = None, hi: float | None = None) -> float:
     """Total length covered by ``intervals``, clipped to [lo, hi]."""
-    spans = []
-    for a, b in intervals:
-        if lo is not None:
-            a = max(a, lo)
-        if hi is not None:
-            b = min(b, hi)
-        if b > a:
-            spans.append((a, b))
-    total, end = 0.0, -math.inf
-    for a, b in sorted(spans):
-        if a > end:
-            total += b - a
-            end = b
-        elif b > end:
-            total += b - end
-            end = b
-    return total
-
-
-def _merged(spans: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[tuple[float, float]] = []
-    for a, b in sorted(spans):
-        if out and a <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], b))
-        else:
-            out.append((a, b))
-    return out
+    return covered(intervals, lo, hi)
 
 
 def idle_split(kernels: Sequence[tuple[float, float]], windows: Sequence[tuple[float, float]],
@@ -214,7 +189,7 @@ def idle_split(kernels: Sequence[tuple[float, float]], windows: Sequence[tuple[f
     """
     between = host = after_sync = 0.0
     for lo, hi in windows:
-        busy = _merged((max(a, lo), min(b, hi)) for a, b in kernels if min(b, hi) > max(a, lo))
+        busy = merge_spans((max(a, lo), min(b, hi)) for a, b in kernels if min(b, hi) > max(a, lo))
         edges = [lo] + [x for ab in busy for x in ab] + [hi]
         for i in range(0, len(edges), 2):
             a, b = edges[i], edges[i + 1]

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .._format import html_table
+from .._spans import covered
 
 __all__ = ["HEALTHY_UTIL_PCT", "HIGH_CPU_PCT", "LOW_CPU_PCT", "Finding", "Verdict", "diagnose"]
 
@@ -89,12 +90,7 @@ def _spans(trace: Any) -> list[tuple[str, float, float]]:
 
 def _covered_s(spans: list[tuple[float, float]], run_s: float) -> float:
     """Seconds of ``[0, run_s]`` inside at least one span (overlapping or nested spans counted once)."""
-    total, reach = 0.0, 0.0
-    for start, end in sorted((max(a, 0.0), min(b, run_s)) for a, b in spans):
-        if end > max(start, reach):
-            total += end - max(start, reach)
-            reach = end
-    return total
+    return covered(spans, 0.0, run_s)
 
 
 def _data_share(trace: Any) -> tuple[float, float, str] | None:
