@@ -11,13 +11,17 @@ REQS := requirements/course.txt requirements/tf-$(TF_FLAVOUR).txt
 # wheel; empty with R580+ and on machines without an NVIDIA driver. Override: TORCH_WHEEL=pypi|cu126|...
 TORCH_WHEEL ?= auto
 TORCH_ARGS := $(shell $(PYTHON) tools/torch_wheel.py --wheel $(TORCH_WHEEL) 2>/dev/null || echo no-torch-build)
+# numba-cuda's CUDA libraries (NVVM, headers) on a GPU machine, matching the CUDA major of the torch build chosen
+# above (cu12 for PyTorch's CUDA 12 builds, cu13 for PyPI's CUDA 13 wheel); none on a CPU machine, where lesson 11's
+# @cuda.jit kernels run in Numba's simulator. Override: NUMBA_CUDA="numba-cuda[cu12]" (or empty).
+NUMBA_CUDA ?= $(if $(filter gpu,$(TF_FLAVOUR)),numba-cuda[$(if $(findstring +cu12,$(TORCH_ARGS)),cu12,cu13)])
 # A stale venv is found by the hash of what it was built from (and which checkout it serves), never by timestamps.
 # The kernel's environment: log levels that keep TensorFlow and the PyTorch profiler quiet (gpulab.QUIET_ENV).
 KERNEL_ENV := TF_CPP_MIN_LOG_LEVEL 3 TF_ENABLE_ONEDNN_OPTS 0 KINETO_LOG_LEVEL 6 PYTHONWARNINGS ignore::DeprecationWarning
 # The course kernel, registered inside the venv as "python3" (the name Colab recognises), so the notebooks'
 # kernelspec works on Colab and runs with KERNEL_ENV here.
 KERNEL := python3
-REQ_HASH := $(shell (cat $(REQS) pyproject.toml; echo "$(CURDIR) $(KERNEL) $(KERNEL_ENV)$(if $(TORCH_ARGS), $(TORCH_ARGS))") | sha256sum | cut -c1-16)
+REQ_HASH := $(shell (cat $(REQS) pyproject.toml; echo "$(CURDIR) $(KERNEL) $(KERNEL_ENV)$(if $(TORCH_ARGS), $(TORCH_ARGS))$(if $(NUMBA_CUDA), $(NUMBA_CUDA))") | sha256sum | cut -c1-16)
 STAMP := $(VENV)/.gpulab-installed-$(REQ_HASH)
 # `make compat`: the unit tests against the oldest supported torch (requirements/compat.txt), in a second,
 # lean venv (no TensorFlow/DALI/JupyterLab) that imports gpulab from this checkout.
@@ -45,7 +49,7 @@ $(STAMP):
 	@$(PYTHON) tools/torch_wheel.py --wheel $(TORCH_WHEEL) --explain >/dev/null
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install -r requirements/course.txt -r requirements/tf-$(TF_FLAVOUR).txt$(if $(TORCH_ARGS), $(TORCH_ARGS)) -e .
+	$(PY) -m pip install -r requirements/course.txt -r requirements/tf-$(TF_FLAVOUR).txt$(if $(TORCH_ARGS), $(TORCH_ARGS))$(if $(NUMBA_CUDA), "$(NUMBA_CUDA)") -e .
 	$(PY) -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "Python 3 (gpulab)" \
 	    $$(printf -- '--env %s %s ' $(KERNEL_ENV))
 	$(PY) -m pip check

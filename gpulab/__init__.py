@@ -33,7 +33,10 @@ Published figures stand beside yours with their source and hardware (``gl.publis
 The names above (``gpulab.__all__``, at most 40) are the stable toolkit. Everything else lives one level
 down, by concern: ``gl.timing``, ``gl.limits`` (measured ceilings), ``gl.roofline``, ``gl.work`` (a call's
 FLOPs and bytes per operator), ``gl.reference``, ``gl.system``,
-``gl.diagnosis``, ``gl.compiling`` (torch.compile reports, CUDA graphs, ONNX Runtime), ``gl.telemetry`` (Monitor, NVML), ``gl.profiling``, ``gl.memory`` (peak, breakdown,
+``gl.diagnosis``, ``gl.compiling`` (torch.compile reports, CUDA graphs, ONNX Runtime), ``gl.kernels`` (your own
+Triton and Numba CUDA kernels, compiled on a GPU and simulated on a CPU: checks, timing, traffic, roofline;
+C++/CUDA extensions), ``gl.streams`` (work on CUDA streams timed with events, or modelled without a GPU),
+``gl.telemetry`` (Monitor, NVML), ``gl.profiling``, ``gl.memory`` (peak, breakdown,
 out-of-memory, leaks, CUDA allocator), ``gl.data`` (loader measurement), ``gl.distributed`` (torchrun,
 scaling), ``gl.transfer``, ``gl.errors``. The course's own scaffolding (reference models, synthetic data,
 lesson demonstrations, exercise checks) is ``from gpulab import course``.
@@ -45,10 +48,12 @@ Example:
     >>> len(gl.__all__) <= 40
     True
 """
-from . import (compiling, data, diagnosis, distributed, errors, interleaved, limits, memory, plots, precision,
-               profiling, reference, roofline, session, system, tables, telemetry, timing, transfer, work)
+from . import (compiling, data, diagnosis, distributed, errors, interleaved, kernels, limits, memory, plots,
+               precision, profiling, reference, roofline, session, streams, system, tables, telemetry, timing, transfer,
+               work)
 from ._deprecated import deprecated_attribute, deprecated_names
 from .data import compare_loaders, measure_loader
+from .devicequery import device_query
 from .diagnosis import doctor
 from .distributed import launch, torchrun_command
 from .interleaved import benchmark_interleaved
@@ -70,7 +75,7 @@ __version__ = "0.1.0"
 __all__ = [
     "__version__",
     # set-up and diagnosis
-    "setup", "by_device", "device", "system_info", "doctor",
+    "setup", "by_device", "device", "system_info", "doctor", "device_query",
     # timing
     "benchmark", "benchmark_interleaved", "timer", "Measurement",
     # comparison and published figures

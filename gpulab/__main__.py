@@ -1,4 +1,5 @@
-"""Command line: ``python -m gpulab doctor [--json]``, ``python -m gpulab limits``, ``python -m gpulab version``.
+"""Command line: ``python -m gpulab doctor [--json]``, ``python -m gpulab limits``, ``python -m gpulab devicequery``,
+``python -m gpulab version``.
 
 ``doctor`` exits 0 when nothing is at level "error" (a healthy CPU-only machine included), 1 otherwise.
 """
@@ -26,6 +27,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     mon.add_argument("--interval", type=float, default=1.0, help="seconds between samples (default 1)")
     mon.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
     mon.add_argument("--csv", default=None, help="write every sample to this CSV file at the end")
+    dq = sub.add_parser("devicequery", help="the GPU's execution model (SMs, threads, shared memory, L2, clocks, "
+                                            "bus) beside published GPUs, like CUDA's deviceQuery")
+    dq.add_argument("--device", default=None, help="cuda, cuda:1 or cpu (default: the current CUDA device, if any)")
+    dq.add_argument("--compare", default="T4,A100 40GB SXM,H100 SXM",
+                    help="comma-separated published GPUs to show beside it (default: T4,A100 40GB SXM,H100 SXM)")
     sub.add_parser("version", help="print gpulab's version")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
@@ -45,6 +51,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0 if report.healthy else 1
     if args.command == "monitor":
         return _monitor(args.interval, args.duration, args.csv)
+    if args.command == "devicequery":
+        from .devicequery import device_query
+
+        try:
+            report = device_query(args.device, compare=tuple(n.strip() for n in args.compare.split(",") if n.strip()))
+        except (ValueError, TypeError) as e:
+            parser.error(str(e))
+        print(repr(report))
+        return 0
     if args.command == "limits":
         from .limits import machine_limits
 

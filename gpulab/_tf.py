@@ -27,7 +27,8 @@ def preload_triton() -> bool:
     """Import Triton now if TensorFlow may be imported later in this process; True when Triton is loaded.
 
     Nothing happens when TensorFlow is already loaded (too late: restart the kernel), or when either package
-    is not installed. Triton reads its settings (e.g. ``TRITON_INTERPRET``) when used, not at import.
+    is not installed. Set ``TRITON_INTERPRET`` before this call: Triton's own library functions (``tl.max``,
+    ``tl.sum``) are made for the interpreter or the compiler when Triton is imported.
     """
     if "triton" in sys.modules:
         return True

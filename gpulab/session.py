@@ -76,15 +76,18 @@ def setup(seed: int | None = 0, quiet: bool = True) -> Session:
     from published sources"`` or ``"GPU mode: Tesla T4 (15 GiB)"``. On a CUDA machine TensorFlow is set to
     allocate GPU memory on demand (before it starts; said once in ``notes``). When TensorFlow and Triton are
     both installed, Triton is loaded first, so importing TensorFlow later in the notebook cannot crash
-    PyTorch's compiler (tensorflow/tensorflow#124205).
+    PyTorch's compiler (tensorflow/tensorflow#124205); without a CUDA GPU it is loaded in interpreter mode
+    (``TRITON_INTERPRET=1`` unless set), the only way Triton kernels run on a CPU.
     """
     if quiet:
         for k, v in QUIET_ENV.items():
             os.environ.setdefault(k, v)
     from ._tf import preload_triton
 
-    preload_triton()   # before any TensorFlow import: Triton loaded after TF 2.20+ crashes the kernel
     kind = device_kind()
+    if kind != "cuda":      # Triton can only interpret kernels without a CUDA GPU, and must know before it loads
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    preload_triton()   # before any TensorFlow import: Triton loaded after TF 2.20+ crashes the kernel
     notes = []
     if kind == "cuda":
         note = _tf_memory_on_demand()

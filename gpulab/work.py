@@ -43,6 +43,7 @@ class Work:
     syncs: int
     flops_by_dtype: Mapping[str, int]
     per_op: tuple[tuple[str, int, int], ...]
+    op_names: tuple[str, ...] = ()          # the operator of each per_op entry (e.g. "mul")
 
     @property
     def intensity(self) -> float | None:
@@ -117,6 +118,7 @@ def _count(fn: Callable[..., Any], args: Any, kwargs: Any, created: list[Any] | 
     from torch.utils.flop_counter import flop_registry
 
     per_op: list[tuple[str, int, int]] = []
+    names: list[str] = []
     by_dtype: dict[str, int] = {}
     syncs = [0]
 
@@ -140,9 +142,11 @@ def _count(fn: Callable[..., Any], args: Any, kwargs: Any, created: list[Any] | 
                 by_dtype[dtype] = by_dtype.get(dtype, 0) + flops
             nbytes = _nbytes(list(args), torch) + _nbytes(list(kwargs.values()), torch) + _nbytes(out, torch)
             per_op.append((dtype, flops, nbytes))
+            names.append(name)
             return out
 
     with _Counter():
         fn(*args, **kwargs)
     return Work(ops=len(per_op), flops=sum(f for _, f, _ in per_op), bytes_moved=sum(b for *_, b in per_op),
-                syncs=syncs[0], flops_by_dtype=dict(by_dtype), per_op=tuple(per_op))
+                syncs=syncs[0], flops_by_dtype=dict(by_dtype), per_op=tuple(per_op),
+                op_names=tuple(names))

@@ -125,6 +125,12 @@ def reading(gpu: GPU, index: int, tick: int) -> dict:
     }
 
 
+# Max SM clock (MHz), max memory clock (MHz) and memory bus width (bits) of recorded cards, as NVML reports them
+# (nvmlDeviceGetMaxClockInfo, nvmlDeviceGetMemoryBusWidth); a card not listed answers NotSupported.
+MAX_CLOCKS_AND_BUS = {"Tesla T4": (1590, 5001, 256), "NVIDIA A100-SXM4-40GB": (1410, 1215, 5120),
+                      "NVIDIA A100-SXM4-80GB": (1410, 1593, 5120), "NVIDIA H100 80GB HBM3": (1980, 2619, 5120)}
+
+
 class Handle:
     def __init__(self, index: int, mig: int | None = None):
         self.index, self.mig = index, mig
@@ -304,6 +310,18 @@ def make_module(gpus: list[GPU] | None = None, *, driver: str = "570.86.15", cud
     def nvmlDeviceGetClockInfo(handle, type):  # noqa: A002 - pynvml's parameter name
         whole(handle, "nvmlDeviceGetClockInfo")
         return now(handle)["sm_clock" if type == real.NVML_CLOCK_SM else "mem_clock"]
+
+    def nvmlDeviceGetMaxClockInfo(handle, type):  # noqa: A002 - pynvml's parameter name
+        g = whole(handle, "nvmlDeviceGetMaxClockInfo")
+        if g.name not in MAX_CLOCKS_AND_BUS or type not in (real.NVML_CLOCK_SM, real.NVML_CLOCK_MEM):
+            raise real.NVMLError(NOT_SUPPORTED)
+        return MAX_CLOCKS_AND_BUS[g.name][0 if type == real.NVML_CLOCK_SM else 1]
+
+    def nvmlDeviceGetMemoryBusWidth(device):
+        g = whole(device, "nvmlDeviceGetMemoryBusWidth")
+        if g.name not in MAX_CLOCKS_AND_BUS:
+            raise real.NVMLError(NOT_SUPPORTED)
+        return MAX_CLOCKS_AND_BUS[g.name][2]
 
     def nvmlDeviceGetCurrentClocksEventReasons(handle):
         whole(handle, "nvmlDeviceGetCurrentClocksEventReasons")

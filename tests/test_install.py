@@ -167,10 +167,12 @@ def make_n(tmp_path: Path, smi: dict) -> str:
 def test_make_install_uses_the_chosen_index_and_hashes_it(tmp_path):
     old = make_n(tmp_path / "a", {"gpus": [("550.54.15", "8.0")]})
     pip_line = next(ln for ln in old.splitlines() if "pip install -r requirements/course.txt" in ln)
-    assert pip_line.endswith(" ".join(["-r", "requirements/tf-gpu.txt", *CU126, "-e", "."])), pip_line
+    # numba-cuda's CUDA libraries follow torch's CUDA major: cu12 beside a CUDA 12 torch, cu13 beside PyPI's
+    assert pip_line.endswith(" ".join(["-r", "requirements/tf-gpu.txt", *CU126, '"numba-cuda[cu12]"', "-e", "."])), \
+        pip_line
     new = make_n(tmp_path / "b", {"gpus": [("580.95.05", "8.0")]})
     pip_line = next(ln for ln in new.splitlines() if "pip install -r requirements/course.txt" in ln)
-    assert pip_line.endswith("-r requirements/tf-gpu.txt -e ."), pip_line
+    assert pip_line.endswith('-r requirements/tf-gpu.txt "numba-cuda[cu13]" -e .'), pip_line
     none = make_n(tmp_path / "c", {"broken": True})
     pip_line = next(ln for ln in none.splitlines() if "pip install -r requirements/course.txt" in ln)
     assert pip_line.endswith("-r requirements/tf-cpu.txt -e ."), pip_line   # exactly as without a GPU

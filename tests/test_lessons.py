@@ -14,7 +14,8 @@ DEVICE_FACTS = re.compile(r"\b(2|two) cores\b|this machine has|no GPU to\b|on th
                           r"on this cpu\b|input-bound\s*(→|->)\s*launch-bound\s*(→|->)\s*compute-bound", re.I)
 # A measured challenge (a code cell tagged 'challenge'): speed against a baseline, a memory budget, or
 # (multi-GPU) all-reduces counted.
-CHALLENGES = ("course.challenge(", "course.fit_challenge(", "course.check_no_sync(", "gl.memory_budget(")
+CHALLENGES = ("course.challenge(", "course.fit_challenge(", "course.check_no_sync(", "gl.memory_budget(",
+              "course.fused_challenge(")
 SOLUTION_TITLE = re.compile(r'^#@title .*\{ *display-mode: *"form" *\}')
 
 

@@ -43,6 +43,7 @@ from .downloads import real_images
 from .images import CorruptDataError, ImageSet, data_dir, synthetic_images
 from .keras import KerasSetup, start_keras
 from .oom_fixes import fix_settings, ladder_rungs
+from .kernels import FusedChallenge, fused_challenge, matmul_global_bytes
 from .streams import OverlapTiming, StaleRead, copy_compute_overlap, stale_read
 from .pipelines import CachedLoader, cached_loader, tf_dataset, torch_loader
 from .precision import UnderflowReport, float_formats, gradient_underflow, keras_cnn, keras_step_times, matmul_sweep
@@ -58,6 +59,7 @@ from .allocator import (AllocatorRun, TFOOM, TF_OOM_EXAMPLE, alloc_conf, allocat
 from .memory_fit import FitChallenge, fit_challenge
 
 __all__ = [
+    "FusedChallenge", "fused_challenge", "matmul_global_bytes",
     "serial_parallel_step", "SerialParallelStep", "python_work",
     "nvidia_smi", "SmiOutput", "smi_header", "SmiHeader",
     "models", "scripts", "TrainConfig", "TrainResult", "train", "train_step", "accumulated_gradients", "evaluate",

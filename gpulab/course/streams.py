@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from ..streams import _EventClock
+
 __all__ = ["OverlapTiming", "copy_compute_overlap", "StaleRead", "stale_read"]
 
 
@@ -54,14 +56,9 @@ class OverlapTiming:
 
 def _elapsed_s(fn: Callable[[], Any], device: Any) -> tuple[float, Any]:
     """Run ``fn`` between two timing events on the current stream; wait for the end event, then read it."""
-    import torch
-
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record(torch.cuda.current_stream(device))
+    clock = _EventClock(device)              # records the start event on the current stream
     out = fn()
-    end.record(torch.cuda.current_stream(device))
-    end.synchronize()                       # the host waits for the GPU before reading the clock
-    return start.elapsed_time(end) / 1e3, out
+    return clock.seconds(clock.stop()), out  # stop(): the host waits for the GPU before reading the clock
 
 
 def _serial(host: Sequence[Any], compute: Callable[[Any], Any], device: Any) -> list[Any]:

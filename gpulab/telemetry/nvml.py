@@ -29,7 +29,7 @@ from typing import Any, Callable, Literal, Mapping
 
 __all__ = ["NVMLStatus", "NVMLDevice", "MemoryInfo", "DeviceOrder", "status", "devices", "mig_devices",
            "device_handle", "memory_info", "query", "handle_by_uuid", "shutdown", "visible_devices", "device_order",
-           "temperature_c", "cuda_memory_info", "cuda_handle", "first_answer", "gpm_metrics"]
+           "temperature_c", "cuda_memory_info", "cuda_handle", "first_answer", "gpm_metrics", "clocks_and_bus"]
 
 log = logging.getLogger("gpulab")
 
@@ -476,7 +476,7 @@ def _reset() -> None:
     _unavailable.clear()
 
 
-_TEMP_GPU = 0                 # NVML_TEMPERATURE_GPU
+_TEMP_GPU, _CLOCK_SM, _CLOCK_MEM = 0, 1, 2  # NVML_TEMPERATURE_GPU, NVML_CLOCK_SM, NVML_CLOCK_MEM
 _GPM_METRICS_GET_VERSION = 1  # NVML_GPM_METRICS_GET_VERSION
 
 
@@ -512,3 +512,9 @@ def cuda_memory_info(cuda_index: int = 0) -> MemoryInfo | None:
         True
     """
     return memory_info(cuda_handle(cuda_index))
+
+
+def clocks_and_bus(cuda_index: int) -> tuple[int | None, int | None, int | None]:
+    """Max SM clock (MHz), max memory clock (MHz, counted as CUDA's memoryClockRate) and memory bus width (bits)."""
+    return tuple(None if h is None else query(fn, h, *a) for h in [cuda_handle(cuda_index)] for fn, *a in (
+        ("nvmlDeviceGetMaxClockInfo", _CLOCK_SM), ("nvmlDeviceGetMaxClockInfo", _CLOCK_MEM), ("nvmlDeviceGetMemoryBusWidth",)))

@@ -1,0 +1,134 @@
+"""C++ and CUDA source compiled into a Python module at run time: ``torch.utils.cpp_extension.load_inline``,
+with its one-off cost measured and the CUDA part used only where it can be built.
+
+Example:
+    >>> from gpulab.kernels import cuda_build_support
+    >>> isinstance(cuda_build_support().reason, str)
+    True
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, Sequence
+
+__all__ = ["BuildSupport", "cuda_build_support", "Extension", "cpp_extension"]
+
+
+@dataclass(frozen=True)
+class BuildSupport:
+    """Whether CUDA source can be compiled *and run* here: a CUDA GPU, and ``nvcc`` for torch's CUDA version."""
+
+    ok: bool
+    reason: str
+    nvcc: str | None = None
+
+
+def cuda_build_support() -> BuildSupport:
+    """Can ``load_inline(cuda_sources=...)`` build and run here? Needs torch with CUDA, a GPU and ``nvcc``
+    (Colab has all three; a CPU-only machine compiles C++ only).
+
+    Example:
+        >>> cuda_build_support().ok in (True, False)
+        True
+    """
+    try:
+        import torch
+        from torch.utils.cpp_extension import CUDA_HOME
+    except ImportError:
+        return BuildSupport(False, "torch is not installed")
+    if torch.version.cuda is None:
+        return BuildSupport(False, f"this torch ({torch.__version__}) is not a CUDA build")
+    if not torch.cuda.is_available():
+        return BuildSupport(False, "no CUDA GPU here: CUDA kernels could be compiled but not run")
+    nvcc = os.path.join(CUDA_HOME, "bin", "nvcc") if CUDA_HOME else shutil.which("nvcc")
+    if not nvcc or not os.path.exists(nvcc):
+        return BuildSupport(False, "no nvcc (the CUDA toolkit's compiler) found: install the CUDA toolkit matching "
+                                   f"torch.version.cuda = {torch.version.cuda}, or set CUDA_HOME")
+    return BuildSupport(True, f"CUDA GPU and nvcc ({nvcc}) for torch's CUDA {torch.version.cuda}", nvcc)
+
+
+@dataclass(frozen=True)
+class Extension:
+    """A compiled extension: its ``module``, how long loading took (``build_s``: compile on a cold cache,
+    milliseconds on a warm one) and whether its CUDA part was built."""
+
+    name: str
+    build_s: float
+    cuda: bool
+    functions: tuple[str, ...]
+    note: str
+    module: ModuleType = field(repr=False, compare=False)
+
+    def __repr__(self) -> str:
+        return (f"extension {self.name!r}: {', '.join(self.functions)} - loaded in {self.build_s:.1f} s "
+                f"({'C++ and CUDA' if self.cuda else 'C++'}); {self.note}")
+
+
+def _ensure_ninja() -> None:
+    """torch's JIT builds run ``ninja`` as a program: when it is installed as a Python package but its bin
+    directory is not on PATH (a Jupyter kernel started outside the venv), put it there for this process."""
+    if shutil.which("ninja"):
+        return
+    try:
+        import ninja
+
+        os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
+    except ImportError:
+        venv_bin = os.path.dirname(sys.executable)
+        if os.path.exists(os.path.join(venv_bin, "ninja")):
+            os.environ["PATH"] = venv_bin + os.pathsep + os.environ.get("PATH", "")
+        else:
+            raise RuntimeError("torch's C++ extensions need the ninja build tool: pip install ninja") from None
+
+
+def cpp_extension(name: str, cpp_sources: str | Sequence[str], functions: Sequence[str], *,
+                  cuda_sources: str | Sequence[str] | None = None, cuda_functions: Sequence[str] = (),
+                  extra_cflags: Sequence[str] = ("-O3",), verbose: bool = False) -> Extension:
+    """Compile ``cpp_sources`` (and, where :func:`cuda_build_support` says so, ``cuda_sources``) with
+    ``torch.utils.cpp_extension.load_inline`` and bind ``functions`` (plus ``cuda_functions`` when the CUDA part
+    is built; declare them in ``cpp_sources``, which is harmless when the CUDA part is skipped). Builds are
+    cached by torch under ``~/.cache/torch_extensions``, keyed by the source: the first call compiles (tens of seconds), later ones, even in a new process, load in milliseconds.
+
+    Example (not run here: the first build takes ~30 s):
+        >>> src = "torch::Tensor twice(torch::Tensor x) { return x * 2; }"
+        >>> ext = cpp_extension("twice_ext", src, ["twice"])                  # doctest: +SKIP
+        >>> ext.module.twice(torch.ones(2))                                     # doctest: +SKIP
+        tensor([2., 2.])
+    """
+    if not name.isidentifier():
+        raise ValueError(f"name must be a Python identifier (it becomes the module's name), got {name!r}")
+    if not functions:
+        raise ValueError("functions must name at least one C++ function to bind")
+    log = logging.getLogger("torch.utils.cpp_extension")
+    level = log.level
+    log.setLevel(logging.ERROR)   # its import warns "No CUDA runtime is found" on CPU-only machines: expected there
+    try:
+        from torch.utils import cpp_extension as ce
+    finally:
+        log.setLevel(level)
+    _ensure_ninja()
+    support = cuda_build_support() if cuda_sources else BuildSupport(False, "no CUDA source given")
+    with_cuda = bool(cuda_sources) and support.ok
+    cpp = [cpp_sources] if isinstance(cpp_sources, str) else list(cpp_sources)
+    kwargs: dict[str, Any] = dict(name=name, cpp_sources=cpp, functions=list(functions), extra_cflags=list(extra_cflags),
+                                  verbose=verbose)
+    if with_cuda:
+        kwargs.update(name=f"{name}_cuda", cuda_sources=cuda_sources, functions=list(functions) + list(cuda_functions),
+                      extra_cuda_cflags=["-O3"])
+    log.setLevel(logging.ERROR)
+    try:
+        t0 = time.perf_counter()
+        module = ce.load_inline(**kwargs)
+        build_s = time.perf_counter() - t0
+    finally:
+        log.setLevel(level)
+    note = ("CUDA part built and bound" if with_cuda else
+            f"C++ only: CUDA part skipped ({support.reason})" if cuda_sources else "C++ only")
+    bound = tuple(kwargs["functions"])
+    return Extension(kwargs["name"], build_s, with_cuda, bound, note, module)
