@@ -17,10 +17,11 @@ __all__ = ["plot_roofline", "plot_amdahl"]
 
 def plot_roofline(peak_flops: float, bandwidth: float, points: Sequence[tuple[str, float, float]] = (),
                   label: str = "this machine", gpus: Sequence[str] = ("T4", "A100 40GB SXM", "H100 SXM"),
-                  extra_peaks: dict[str, float] | None = None, ax: Any = None) -> Any:
+                  extra_peaks: dict[str, float] | None = None, ax: Any = None, source: str = "measured") -> Any:
     """Log-log roofline of this machine (measured ``peak_flops`` and ``bandwidth``) with measured
     ``points`` as (label, FLOPs per byte, achieved FLOP/s), and datasheet rooflines of ``gpus``
-    (fp16 tensor-core peak) for scale. ``extra_peaks`` adds more flat ceilings (e.g. bf16).
+    (fp16 tensor-core peak) for scale. ``extra_peaks`` adds more flat ceilings (e.g. bf16). ``source`` says
+    where the main roofline's figures come from, in its legend entry (e.g. ``"datasheet"``).
 
     Example:
         >>> import matplotlib; matplotlib.use("Agg")
@@ -35,7 +36,7 @@ def plot_roofline(peak_flops: float, bandwidth: float, points: Sequence[tuple[st
     if ax is None:
         _, ax = plt.subplots(figsize=(9, 4.5))
     x = np.logspace(-2, 4, 200)
-    ax.loglog(x, attainable_flops(x, peak_flops, bandwidth), lw=2.5, color="k", label=f"{label} (measured)")
+    ax.loglog(x, attainable_flops(x, peak_flops, bandwidth), lw=2.5, color="k", label=f"{label} ({source})")
     for name, peak in (extra_peaks or {}).items():
         ax.loglog(x, attainable_flops(x, peak, bandwidth), lw=1.5, ls="--", color="k", alpha=0.6, label=name)
     for g, color in zip(gpus, ("#76b900", "#2a7ab9", "#b0358a", "#d9822b")):

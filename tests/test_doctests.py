@@ -1,5 +1,5 @@
 """Every docstring example in gpulab runs on a CPU (the house rule: each public name's example runs).
-Examples that need an optional package (DALI, TensorFlow) skip where it is absent (the lean compat venv)."""
+Examples that need an optional package (DALI, TensorFlow, Numba) skip where it is absent (the lean compat venv)."""
 from __future__ import annotations
 
 import doctest
@@ -14,7 +14,7 @@ import gpulab
 MODULES = sorted(m.name for m in pkgutil.walk_packages(gpulab.__path__, "gpulab.")
                  if not m.name.startswith("gpulab.course.scripts."))
 NEEDS = {"gpulab.course.dali.dali_loader": "nvidia.dali", "gpulab.course.dali.check_dali": "nvidia.dali",
-         "gpulab.course.pipelines.tf_dataset": "tensorflow"}
+         "gpulab.course.pipelines.tf_dataset": "tensorflow", "gpulab.kernels.backends.numba_backend": "numba"}
 
 
 def _absent(package: str) -> bool:
@@ -26,7 +26,7 @@ def _absent(package: str) -> bool:
 
 def test_every_module_is_collected():
     assert {"gpulab.telemetry.nvml", "gpulab.telemetry.gpu", "gpulab.system", "gpulab.memory"} <= set(MODULES)
-    found = {t.name for m in ("gpulab.course.pipelines", "gpulab.course.dali")
+    found = {t.name for m in ("gpulab.course.pipelines", "gpulab.course.dali", "gpulab.kernels.backends")
              for t in doctest.DocTestFinder().find(importlib.import_module(m))}
     assert set(NEEDS) <= found
 

@@ -203,6 +203,8 @@ def test_bench_kernel_labels_interpreter_time_and_uses_do_bench_when_compiled(mo
     m = gl.kernels.bench_kernel(lambda: None, label="k", backend=compiled, bytes_moved=1e6, rep_ms=50)
     assert calls == [(50, "all")] and m.backend == "triton.testing.do_bench"
     assert m.median_s == pytest.approx(0.5e-3) and m.bytes_per_s == pytest.approx(2e9)
+    ref = gl.kernels.bench_kernel(lambda: None, label="PyTorch", device="cuda")    # the reference, timed alike
+    assert ref.backend == "triton.testing.do_bench" and ref.device == "cuda" and len(calls) == 2
 
 
 # ------------------------------------------------------------------------------------------------ roofline

@@ -99,14 +99,17 @@ def check_kernel(actual: Any, expected: Any, *, atol: float = 1e-5, rtol: float 
                        tuple(a.shape), atol, rtol)
 
 
-def bench_kernel(fn: Callable[[], Any], *, label: str, backend: Any = None, bytes_moved: float | None = None,
-                 flops: float | None = None, min_run_time: float = 0.3, rep_ms: int = 100) -> Any:
-    """Time ``fn()`` (a kernel launch with its arguments bound) and return a :class:`gpulab.Measurement`.
+def bench_kernel(fn: Callable[[], Any], *, label: str, backend: Any = None, device: Any = None,
+                 bytes_moved: float | None = None, flops: float | None = None, min_run_time: float = 0.3,
+                 rep_ms: int = 100) -> Any:
+    """Time ``fn()`` (a kernel launch, or the PyTorch code it replaces, with its arguments bound) and return a
+    :class:`gpulab.Measurement`. Where it runs: ``backend.device`` when a ``backend`` is given, else ``device``
+    (default ``"cpu"``).
 
-    With a compiled Triton ``backend`` on a GPU: ``triton.testing.do_bench(fn, rep=rep_ms, return_mode="all")``,
-    which times each run with CUDA events and clears the L2 cache between runs. Otherwise
-    :func:`gpulab.benchmark`; when ``backend.simulated`` the label says "(interpreter)" or "(simulator)": that
-    time measures Python executing the kernel, not the kernel on a GPU.
+    On a CUDA device, with Triton installed: ``triton.testing.do_bench(fn, rep=rep_ms, return_mode="all")``,
+    which times each run with CUDA events and clears the L2 cache between runs - the same way for a kernel and
+    for the PyTorch reference beside it. Otherwise :func:`gpulab.benchmark`; when ``backend.simulated`` the label
+    says "(interpreter)" or "(simulator)": that time measures Python executing the kernel, not a GPU.
 
     Example:
         >>> import torch
@@ -114,23 +117,26 @@ def bench_kernel(fn: Callable[[], Any], *, label: str, backend: Any = None, byte
         >>> bench_kernel(lambda: x + x, label="add", min_run_time=0.05).runs >= 1
         True
     """
+    import importlib.util
+
     from ..timing import Measurement, benchmark, environment
 
     if not callable(fn):
         raise TypeError(f"fn must be a callable that launches the kernel, got {type(fn).__name__}")
-    if backend is not None and getattr(backend, "mode", None) == "compiled" and backend.library == "triton":
+    simulated = backend is not None and backend.simulated
+    where = str(backend.device if backend is not None else (device if device is not None else "cpu"))
+    if where.startswith("cuda") and not simulated and importlib.util.find_spec("triton") is not None:
         import triton.testing
 
-        fn()                                            # compile outside the timed runs
+        fn()                                            # compile (or warm up) outside the timed runs
         times_ms = triton.testing.do_bench(fn, rep=rep_ms, return_mode="all")
-        return Measurement(label, tuple(t / 1e3 for t in times_ms), 1, "cuda", 1, environment("cuda"),
+        return Measurement(label, tuple(t / 1e3 for t in times_ms), 1, where, 1, environment(where),
                            "triton.testing.do_bench", 1, flops=flops, bytes_moved=bytes_moved,
                            description="CUDA events per run, L2 cleared between runs")
-    device = getattr(backend, "device", None) or "cpu"
-    if backend is not None and backend.simulated:
+    if simulated:
         label = f"{label} ({backend.mode})"
     return benchmark(fn, label=label, warmup=1, min_run_time=min_run_time, flops=flops, bytes_moved=bytes_moved,
-                     device=device, warn_noisy=False)
+                     device=where, warn_noisy=False)
 
 
 # --------------------------------------------------------------------------------------------- traffic

@@ -79,19 +79,21 @@ class KernelRoofline:
         return pd.DataFrame([p.__dict__ for p in self.rows]).set_index("label")
 
     def plot(self, ax: Any = None) -> Any:
-        """The kernels on the datasheet roofline of the GPU (and, for measured kernels, at their achieved FLOP/s)."""
+        """The kernels on the datasheet roofline of the GPU (and, for measured kernels, at their achieved FLOP/s);
+        kernels without FLOPs have no place on a log-log plot and are left out."""
         from ..plots import plot_roofline
 
         points = []
         for p in self.rows:
+            if p.intensity <= 0:                       # no FLOPs: nowhere on a log-log roofline
+                continue
             if p.measured_s:
-                points.append((f"{p.label} (measured)", p.intensity, p.flops / p.measured_s if p.flops else
-                               p.intensity * p.bytes_moved / p.measured_s))
+                points.append((f"{p.label} (measured)", p.intensity, p.flops / p.measured_s))
             else:
                 points.append((f"{p.label} (predicted)", p.intensity,
                                min(self.peak_flops, p.intensity * self.bandwidth_bytes_per_s)))
-        ax = plot_roofline(self.peak_flops, self.bandwidth_bytes_per_s, points, label=f"{self.gpu} fp32 datasheet",
-                           gpus=(), ax=ax)
+        ax = plot_roofline(self.peak_flops, self.bandwidth_bytes_per_s, points, label=f"{self.gpu} fp32",
+                           gpus=(), ax=ax, source="datasheet")
         ax.set_title(f"Kernels on the {self.gpu} roofline (fp32 datasheet figures)")
         return ax
 
