@@ -30,17 +30,23 @@ COMPAT_PY := $(COMPAT_VENV)/bin/python
 COMPAT_HASH := $(shell cat requirements/compat.txt | sha256sum | cut -c1-16)
 COMPAT_STAMP := $(COMPAT_VENV)/.gpulab-compat-$(COMPAT_HASH)
 LAB_PORT ?= 8888
+# `make runs`: the folder gl.tracking logs runs to (its default is ./runs of the notebook kernel's working
+# directory, or $GPULAB_RUNS), and the ports of the MLflow UI and TensorBoard (both on 127.0.0.1 only).
+RUNS ?= runs
+MLFLOW_PORT ?= 5000
+TENSORBOARD_PORT ?= 6006
 PYTEST_ARGS ?=
 # Tests, kernels and the UI server import gpulab from this checkout, even when the (shared, cached)
 # venv's editable install points at another clone.
 export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 
-.PHONY: install lab test unit notebooks ui doctor docs compat compat-install clean help
+.PHONY: install lab test unit notebooks ui doctor docs runs compat compat-install clean help
 
 help:
 	@echo "make lab   - install the course stack (first time: a few minutes) and start JupyterLab"
 	@echo "make test  - install if needed, then unit tests, every notebook under nbval, and the UI suite"
 	@echo "make docs  - the API reference from the docstrings, in build/docs"
+	@echo "make runs  - the MLflow UI and TensorBoard on the runs gl.tracking logged in $(RUNS)/ (localhost; Ctrl-C stops both)"
 	@echo "make compat - the unit tests against the oldest supported torch, in a second venv ($(COMPAT_VENV))"
 
 install: $(STAMP)
@@ -103,6 +109,11 @@ docs: install
 
 doctor: install
 	$(PY) -m gpulab doctor
+
+# Experiment tracking (lesson 12): MLflow's UI on the SQLite store $(RUNS)/mlflow.db and TensorBoard on
+# $(RUNS)/tensorboard, as child processes stopped together on Ctrl-C.
+runs: install
+	$(PY) -m gpulab runs --root $(RUNS) --mlflow-port $(MLFLOW_PORT) --tensorboard-port $(TENSORBOARD_PORT)
 
 clean:
 	rm -rf build *.egg-info .pytest_cache artifacts

@@ -38,8 +38,10 @@ Triton and Numba CUDA kernels, compiled on a GPU and simulated on a CPU: checks,
 C++/CUDA extensions), ``gl.streams`` (work on CUDA streams timed with events, or modelled without a GPU),
 ``gl.telemetry`` (Monitor, NVML), ``gl.profiling``, ``gl.memory`` (peak, breakdown,
 out-of-memory, leaks, CUDA allocator), ``gl.data`` (loader measurement), ``gl.distributed`` (torchrun,
-scaling), ``gl.transfer``, ``gl.errors``. The course's own scaffolding (reference models, synthetic data,
-lesson demonstrations, exercise checks) is ``from gpulab import course``.
+scaling), ``gl.tracking`` (experiment tracking for any loop: params, metrics and Monitor telemetry to MLflow
+and TensorBoard; ``python -m gpulab runs`` opens both UIs), ``gl.transfer``, ``gl.errors``. The course's own
+scaffolding (reference models, synthetic data, lesson demonstrations, exercise checks) is
+``from gpulab import course``.
 
 Example:
     >>> import gpulab as gl
@@ -49,8 +51,8 @@ Example:
     True
 """
 from . import (compiling, data, diagnosis, distributed, errors, interleaved, kernels, limits, memory, plots,
-               precision, profiling, reference, roofline, session, streams, system, tables, telemetry, timing, transfer,
-               work)
+               precision, profiling, reference, roofline, session, streams, system, tables, telemetry, timing, tracking,
+               transfer, work)
 from ._deprecated import deprecated_attribute, deprecated_names
 from .data import compare_loaders, measure_loader
 from .devicequery import device_query

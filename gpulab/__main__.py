@@ -1,4 +1,5 @@
 """Command line: ``python -m gpulab doctor [--json]``, ``python -m gpulab limits``, ``python -m gpulab devicequery``,
+``python -m gpulab monitor``, ``python -m gpulab runs`` (MLflow's UI and TensorBoard on the logged runs),
 ``python -m gpulab version``.
 
 ``doctor`` exits 0 when nothing is at level "error" (a healthy CPU-only machine included), 1 otherwise.
@@ -8,8 +9,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
-from typing import Sequence
+import threading
+import time
+from typing import Any, Sequence
 
 from . import __version__
 
@@ -32,6 +36,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     dq.add_argument("--device", default=None, help="cuda, cuda:1 or cpu (default: the current CUDA device, if any)")
     dq.add_argument("--compare", default="T4,A100 40GB SXM,H100 SXM",
                     help="comma-separated published GPUs to show beside it (default: T4,A100 40GB SXM,H100 SXM)")
+    runs = sub.add_parser("runs", help="open MLflow's UI and TensorBoard on the runs gl.tracking logged "
+                                       "(127.0.0.1 only); Ctrl-C stops both")
+    runs.add_argument("--root", default=None, help="the runs folder (default: $GPULAB_RUNS, else ./runs)")
+    runs.add_argument("--mlflow-port", type=int, default=5000, help="MLflow UI's port (default 5000)")
+    runs.add_argument("--tensorboard-port", type=int, default=6006, help="TensorBoard's port (default 6006)")
     sub.add_parser("version", help="print gpulab's version")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
@@ -51,6 +60,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0 if report.healthy else 1
     if args.command == "monitor":
         return _monitor(args.interval, args.duration, args.csv)
+    if args.command == "runs":
+        from .tracking import ui_commands
+
+        try:
+            commands = ui_commands(args.root, mlflow_port=args.mlflow_port, tensorboard_port=args.tensorboard_port)
+        except (ValueError, TypeError) as e:
+            parser.error(str(e))
+        return _serve_uis(commands)
     if args.command == "devicequery":
         from .devicequery import device_query
 
@@ -70,8 +87,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _monitor(interval: float, duration: float | None, csv: str | None) -> int:
     """A terminal view like ``nvidia-smi dmon``: one line per device and sample."""
-    import time
-
     from .telemetry import Monitor
 
     def line(rows: list[dict]) -> None:
@@ -102,6 +117,85 @@ def _monitor(interval: float, duration: float | None, csv: str | None) -> int:
     for n in trace.notes:
         print("note:", n)
     return 0
+
+
+def _serve_uis(commands: Any) -> int:
+    """Run MLflow's UI and TensorBoard (a :class:`gpulab.tracking.UICommands`) as child processes until Ctrl-C,
+    SIGTERM or SIGHUP, or until one of them exits; then stop both. Each child leads its own process group, so
+    its helpers (uvicorn and its workers) stop with it: terminate, wait up to 10 s, then kill."""
+    import signal
+    import subprocess
+
+    from ._tf import QUIET_ENV
+
+    commands.root.mkdir(parents=True, exist_ok=True)
+    (commands.root / "tensorboard").mkdir(exist_ok=True)
+    env = {**QUIET_ENV, **os.environ}                      # TensorBoard imports TensorFlow when it is installed
+    envs = {"MLflow": {**commands.mlflow_env, **env}, "TensorBoard": env}
+    stop = threading.Event()
+    signals = [s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None]
+    saved = {s: signal.signal(s, lambda signum, frame: stop.set()) for s in signals}
+    children: list[tuple[str, Any]] = []
+    code = 0
+    try:
+        for name, argv in (("MLflow", commands.mlflow_argv), ("TensorBoard", commands.tensorboard_argv)):
+            children.append((name, subprocess.Popen(argv, env=envs[name], stdin=subprocess.DEVNULL,
+                                                    start_new_session=hasattr(os, "killpg"))))
+        print(f"MLflow UI:   {commands.mlflow_url}\nTensorBoard: {commands.tensorboard_url}\n"
+              f"runs in {commands.root}; both start in a few seconds. Ctrl-C stops both.", flush=True)
+        while not stop.is_set() and all(p.poll() is None for _, p in children):
+            stop.wait(0.2)
+        exited = [(n, p.returncode) for n, p in children if p.poll() is not None]
+        if exited and not stop.is_set():
+            print(f"{exited[0][0]} exited with code {exited[0][1]} (is its port taken?): stopping", flush=True)
+            code = 1
+    finally:
+        _stop_children([p for _, p in children])
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+    return code
+
+
+def _stop_children(children: list[Any]) -> None:
+    """Terminate each child's process group, wait up to 10 s for every process in it, then kill what is left."""
+    import signal
+
+    groups = hasattr(os, "killpg")
+
+    def send(p: Any, sig: int) -> None:
+        try:
+            if groups:
+                os.killpg(p.pid, sig)                      # the child leads its own group (start_new_session)
+            elif p.poll() is None:
+                p.send_signal(sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def alive(p: Any) -> bool:
+        return p.poll() is None or (groups and _group_running(p.pid))
+
+    for p in children:
+        send(p, signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while any(alive(p) for p in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for p in children:
+        if alive(p):
+            send(p, getattr(signal, "SIGKILL", signal.SIGTERM))
+        p.wait(timeout=5)
+
+
+def _group_running(pgid: int) -> bool:
+    """Whether process group ``pgid`` still holds a process that is not a zombie."""
+    import psutil
+
+    for proc in psutil.process_iter():
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
+                return True
+        except (psutil.Error, OSError):
+            continue
+    return False
 
 
 if __name__ == "__main__":

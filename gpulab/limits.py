@@ -22,7 +22,8 @@ from typing import Any, Iterable, Sequence
 from ._format import fmt_bytes, fmt_flops, fmt_rate, html_table, text_table
 from .timing import Env, Measurement, benchmark
 
-__all__ = ["measure_matmul", "measure_bandwidth", "MachineLimits", "machine_limits", "ceiling_for", "forget_limits"]
+__all__ = ["measure_matmul", "measure_bandwidth", "MachineLimits", "machine_limits", "ceiling_for", "forget_limits",
+           "step_matmul_ceiling", "StepMatmuls"]
 
 _DTYPES = ("float32", "bfloat16", "float16", "float64")
 
@@ -239,3 +240,103 @@ def ceiling_for(ceiling: float | None, rates: Iterable[tuple[str, float | None]]
     by = measured_by or ("the matmul benchmark" if "FLOP" in unit else "the copy benchmark")
     return float(best[1]), (f"ceiling raised from the measured {fmt_rate(ceiling, unit)} to {fmt_rate(best[1], unit)}: "
                             f"{best[0]!r} ran faster than {by}")
+
+
+# ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StepMatmuls:
+    """The matrix multiplications one call of a step performs (op, shapes, dtype), timed alone: the rate at
+    which this machine runs exactly those matmuls is the ceiling for that step in its precision and at its
+    batch size. Built by :func:`step_matmul_ceiling`."""
+
+    ops: tuple[str, ...]                 # e.g. "addmm bf16 256x784 @ 784x500"
+    flops: int
+    measurement: Measurement
+
+    @property
+    def flops_per_s(self) -> float:
+        """The best rate over the timed runs (the fastest run: a lower bound on what the machine can do)."""
+        return self.flops / self.measurement.min_s
+
+    def _rows(self) -> list[tuple[str, str]]:
+        rows = [("matmuls", f"{len(self.ops)} per step, {fmt_flops(self.flops)}"),
+                ("alone", f"{fmt_rate(self.flops_per_s, 'FLOP/s')} (fastest of {self.measurement.runs} runs)")]
+        return rows + [("", op) for op in self.ops[:6]] + ([("", f"... {len(self.ops) - 6} more")] if len(self.ops) > 6 else [])
+
+    def __repr__(self) -> str:
+        return "StepMatmuls\n" + text_table(("", ""), self._rows())
+
+    def _repr_html_(self) -> str:
+        return html_table(("", ""), self._rows(), caption="The step's own matmuls, timed alone")
+
+
+_MATMULS = ("mm", "addmm", "bmm", "baddbmm")
+
+
+def _matmul_flops(name: str, shapes: list[tuple[int, ...]]) -> int:
+    a, b = (shapes[1], shapes[2]) if name in ("addmm", "baddbmm") else (shapes[0], shapes[1])
+    batch = a[0] if len(a) == 3 else 1
+    return 2 * batch * a[-2] * a[-1] * b[-1]
+
+
+def step_matmul_ceiling(step: Any, *args: Any, min_run_time: float = 0.3, **kwargs: Any) -> StepMatmuls:
+    """Record the matmuls ``step(*args, **kwargs)`` performs (forward and backward, in the dtypes autocast
+    chose, with their memory layouts), then time them alone, back to back, on fresh tensors of the same
+    shapes. Their best rate is what this machine can do for this step's matmuls: a step's counted FLOP/s
+    divided by it is the share of the step's own ceiling, which the overhead around the matmuls (data,
+    elementwise ops, optimizer) eats. Small or oddly shaped matmuls have a lower ceiling than the square ones
+    :func:`machine_limits` measures.
+
+    Example:
+        >>> import torch
+        >>> lin = torch.nn.Linear(64, 32)
+        >>> c = step_matmul_ceiling(lambda: lin(torch.ones(16, 64)).sum().backward(), min_run_time=0.05)
+        >>> c.ops[0], c.flops == 2 * 16 * 64 * 32 * 2      # forward, and the weight's gradient
+        ('addmm fp32 16x64 @ 64x32', True)
+    """
+    if not callable(step):
+        raise TypeError(f"step must be a callable, got {type(step).__name__}")
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    recorded: list[tuple[Any, list[Any]]] = []
+
+    class Spec(tuple):
+        """(shape, stride, dtype, device) of a recorded tensor argument."""
+
+    class Recorder(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, a: Any = (), kw: Any = None) -> Any:
+            if func.overloadpacket.__name__ in _MATMULS:
+                recorded.append((func, [Spec((tuple(x.shape), x.stride(), x.dtype, x.device))
+                                        if isinstance(x, torch.Tensor) else x for x in a]))
+            return func(*a, **(kw or {}))
+
+    def fresh(spec: Spec) -> Any:
+        # the same layout on its own storage (expanded, stride-0 arguments included), filled with noise
+        shape, stride, dtype, dev = spec
+        size = 1 + sum((n - 1) * st for n, st in zip(shape, stride) if n > 0)
+        return torch.randn(size, dtype=dtype, device=dev).as_strided(shape, stride)
+
+    with Recorder():
+        step(*args, **kwargs)
+    if not recorded:
+        raise ValueError("the step performed no matmul (mm, addmm, bmm, baddbmm): nothing to take a ceiling from")
+    short = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.float64: "fp64"}
+    calls, ops, flops, device = [], [], 0, None
+    for func, spec in recorded:
+        name = func.overloadpacket.__name__
+        tensors = [x for x in spec if isinstance(x, Spec)]
+        shapes = [x[0] for x in tensors]
+        pair = shapes[1:3] if name in ("addmm", "baddbmm") else shapes[:2]
+        device = device or tensors[0][3]
+        calls.append((func, [fresh(x) if isinstance(x, Spec) else x for x in spec]))
+        ops.append(f"{name} {short.get(tensors[-1][2], str(tensors[-1][2]))} "
+                   f"{'x'.join(map(str, pair[0]))} @ {'x'.join(map(str, pair[1]))}")
+        flops += _matmul_flops(name, shapes)
+
+    def replay() -> None:
+        for func, inputs in calls:
+            func(*inputs)
+
+    m = benchmark(replay, label="the step's matmuls", min_run_time=min_run_time, device=device, warn_noisy=False)
+    return StepMatmuls(tuple(ops), int(flops), m)

@@ -108,6 +108,10 @@ PUBLISHED: dict[str, Published] = {p.key: p for p in (
     Published("mamf-range", "Large aligned matmuls reach 80-86% of the datasheet bf16 peak on NVIDIA data-centre GPUs.",
               0.80, 0.86, "fraction", "NVIDIA A100 / GH200 / H100 SXM", "ml-engineering, MAMF table",
               "https://github.com/stas00/ml-engineering/tree/master/compute/accelerator", "2024"),
+    Published("palm-mfu", "Model FLOPs utilization (MFU: the model's counted FLOPs per second over the hardware's peak) "
+              "of PaLM 540B training: 46.2%.", 0.462, 0.462, "fraction", "6,144 Google TPU v4 chips",
+              "Chowdhery et al., 'PaLM: Scaling Language Modeling with Pathways'", "https://arxiv.org/abs/2204.02311",
+              "2022-04", "The paper introduces MFU; GPT-3 on V100s is quoted at 21.3%, Gopher on TPU v3 at 32.5%."),
     Published("pcie-gen3-x16", "Theoretical PCIe 3.0 x16 bandwidth per direction (8 GT/s x 16 lanes, 128b/130b "
               "encoding); NVIDIA's T4 datasheet lists the interconnect as 'PCIe Gen3: 32 GB/s', both directions "
               "together.", 15.75, 16, " GB/s", "PCIe Gen3 x16 GPUs (e.g. Tesla T4)", "NVIDIA T4 datasheet",

@@ -14,7 +14,10 @@ import gpulab
 MODULES = sorted(m.name for m in pkgutil.walk_packages(gpulab.__path__, "gpulab.")
                  if not m.name.startswith("gpulab.course.scripts."))
 NEEDS = {"gpulab.course.dali.dali_loader": "nvidia.dali", "gpulab.course.dali.check_dali": "nvidia.dali",
-         "gpulab.course.pipelines.tf_dataset": "tensorflow", "gpulab.kernels.backends.numba_backend": "numba"}
+         "gpulab.course.pipelines.tf_dataset": "tensorflow", "gpulab.kernels.backends.numba_backend": "numba",
+         "gpulab.tracking": "mlflow", "gpulab.tracking.run": "mlflow", "gpulab.tracking.run.track": "mlflow",
+         "gpulab.tracking.query": "mlflow", "gpulab.tracking.query.runs": "mlflow",
+         "gpulab.tracking.query.load_trace": "mlflow"}
 
 
 def _absent(package: str) -> bool:
@@ -26,7 +29,8 @@ def _absent(package: str) -> bool:
 
 def test_every_module_is_collected():
     assert {"gpulab.telemetry.nvml", "gpulab.telemetry.gpu", "gpulab.system", "gpulab.memory"} <= set(MODULES)
-    found = {t.name for m in ("gpulab.course.pipelines", "gpulab.course.dali", "gpulab.kernels.backends")
+    found = {t.name for m in ("gpulab.course.pipelines", "gpulab.course.dali", "gpulab.kernels.backends",
+                              "gpulab.tracking", "gpulab.tracking.run", "gpulab.tracking.query")
              for t in doctest.DocTestFinder().find(importlib.import_module(m))}
     assert set(NEEDS) <= found
 

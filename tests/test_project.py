@@ -138,7 +138,7 @@ def test_import_has_no_side_effects():
         before = dict(os.environ); n = threading.active_count()
         import gpulab
         assert dict(os.environ) == before and threading.active_count() == n
-        heavy = {"torch", "tensorflow", "pandas", "matplotlib", "pynvml"} & set(sys.modules)
+        heavy = {"torch", "tensorflow", "pandas", "matplotlib", "pynvml", "mlflow", "tensorboard"} & set(sys.modules)
         assert not heavy, heavy
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

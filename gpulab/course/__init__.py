@@ -20,6 +20,8 @@ toolkit (``gpulab``); the toolkit never imports it.
 - ``no_sync``: DDP gradient accumulation with ``no_sync()`` checked in one process (lesson 07's exercise)
 - ``comm_overlap``: how much of DDP's NCCL all-reduce ran beside compute kernels, from a profiler trace
 - ``scripts``: the scripts the multi-GPU lesson launches with torchrun
+- ``digits``, ``capstone``, ``capstone_torch``, ``ablation``: lesson 12's MNIST tensors, the seed loop as a
+  ``Recipe`` of switches, and the ablation that keeps each change only if it helps
 
 Example:
     >>> from gpulab import course
@@ -57,9 +59,19 @@ from .verdicts import VERDICT_MEANING, verdict_story
 from .allocator import (AllocatorRun, TFOOM, TF_OOM_EXAMPLE, alloc_conf, allocator_probe, allowed_bytes, parse_tf_oom,
                         tf_limit_gpu_memory)
 from .memory_fit import FitChallenge, fit_challenge
+from .digits import Digits, PerSampleDigits, digits, to_features
+from .capstone import Recipe, RecipeRun, digits_on_disk, seed_model, train_recipe
+from .ablation import Ablation, AblationStep, Change, ablate
+from .capstone_torch import largest_batch, torch_ablation, torch_changes
+from .capstone_keras import KerasRecipe, KerasRun, keras_ablation, keras_changes, train_keras_recipe
+from .capstone_report import check_tracked, RecipeChallenge, ResultsCard, recipe_ceiling, recipe_challenge, results_card, results_dir, runs_dir
 
 __all__ = [
     "FusedChallenge", "fused_challenge", "matmul_global_bytes",
+    "digits", "Digits", "PerSampleDigits", "to_features", "Recipe", "RecipeRun", "train_recipe", "seed_model",
+    "digits_on_disk", "ablate", "Ablation", "AblationStep", "Change", "torch_ablation", "torch_changes", "largest_batch",
+    "KerasRecipe", "KerasRun", "train_keras_recipe", "keras_changes", "keras_ablation",
+    "check_tracked", "recipe_ceiling", "recipe_challenge", "RecipeChallenge", "results_card", "ResultsCard", "results_dir", "runs_dir",
     "serial_parallel_step", "SerialParallelStep", "python_work",
     "nvidia_smi", "SmiOutput", "smi_header", "SmiHeader",
     "models", "scripts", "TrainConfig", "TrainResult", "train", "train_step", "accumulated_gradients", "evaluate",

@@ -1,0 +1,315 @@
+"""An ablation: start from a baseline recipe, try one change at a time, keep it only if it helps, and put
+every attempt in one table (throughput, speedup over the baseline, share of the measured ceiling, peak
+memory, test accuracy, the decision and why).
+
+"Helps" means faster by more than the measurement's own noise, and no more than ``accuracy_tolerance``
+less accurate after the same number of epochs. A change a device cannot make (TF32 on a CPU) is listed with
+the reason. A *branch* is measured from the final recipe but not kept into it (e.g. "if the data must stay on
+disk"). :func:`ablate` drives any framework: it needs a ``train(recipe, run)`` returning an object with
+``samples_per_s``, ``spread_pct``, ``test_accuracy``, ``peak_memory_bytes`` and ``flops_per_sample``.
+
+Example:
+    >>> from types import SimpleNamespace as NS
+    >>> fake = lambda r, run: NS(samples_per_s=100.0 * r["b"], spread_pct=1.0, test_accuracy=0.9,
+    ...                          peak_memory_bytes=None, flops_per_sample=1e6)
+    >>> table = ablate(fake, {"b": 1}, [Change("batch 4", {"b": 4})], apply=lambda r, f: {**r, **f})
+    >>> [s.decision for s in table.steps], table.speedup("batch 4")
+    (['baseline', 'kept'], 4.0)
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from .._format import NA, TableView, fmt_bytes, fmt_number, fmt_rate
+from ..limits import ceiling_for
+
+__all__ = ["Change", "AblationStep", "Ablation", "ablate"]
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change to try. ``fields``: the recipe fields it sets, or a function ``recipe -> fields`` (e.g. a
+    learning rate scaled from the current one). The function may instead return alternatives, a list of
+    ``(label, fields)`` tried in order until one is kept (e.g. the batch sizes that fit, fastest first).
+    ``available=False`` lists it with ``why_not`` instead of running it; ``branch=True`` measures it from the
+    final recipe without keeping it."""
+
+    label: str
+    fields: Mapping[str, Any] | Callable[[Any], Mapping[str, Any]]
+    why: str = ""
+    available: bool = True
+    why_not: str = ""
+    branch: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.label, str) or not self.label.strip():
+            raise ValueError(f"label must be a non-empty text, got {self.label!r}")
+        if not (callable(self.fields) or isinstance(self.fields, Mapping)):
+            raise TypeError(f"fields of {self.label!r} must be a mapping or a function recipe -> mapping, "
+                            f"got {self.fields!r}")
+
+
+@dataclass(frozen=True)
+class AblationStep:
+    """One row: what was tried, what it measured and what was decided ("baseline", "kept", "dropped",
+    "not available", "not tried", "branch")."""
+
+    label: str
+    recipe: str
+    params: Mapping[str, Any]
+    decision: str
+    reason: str = ""
+    samples_per_s: float | None = None
+    spread_pct: float | None = None
+    test_accuracy: float | None = None
+    peak_memory_bytes: int | None = None
+    flops_per_sample: float | None = None
+    ceiling_dtype: str | None = None
+    ceiling_flops: float | None = None
+    run_id: str | None = None
+    gain: float | None = None        # samples/s over the recipe the change was applied to
+
+
+    @property
+    def measured(self) -> bool:
+        return self.samples_per_s is not None
+
+    @property
+    def achieved_flops(self) -> float | None:
+        return None if not self.measured or not self.flops_per_sample else self.flops_per_sample * self.samples_per_s
+
+
+@dataclass(frozen=True, repr=False)
+class Ablation(TableView):
+    """Every change tried, in order (immutable). Build with :func:`ablate`."""
+
+    title: str
+    steps: tuple[AblationStep, ...]
+    device: str = ""
+    epochs: int | None = None
+    accuracy_tolerance: float = 0.01
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def step(self, label: str) -> AblationStep:
+        for s in self.steps:
+            if s.label == label:
+                return s
+        raise KeyError(f"no step {label!r}; steps: {[s.label for s in self.steps]}")
+
+    @property
+    def baseline(self) -> AblationStep:
+        return self.steps[0]
+
+    @property
+    def final(self) -> AblationStep:
+        """The last step kept into the recipe (the baseline if nothing helped)."""
+        return [s for s in self.steps if s.decision in ("baseline", "kept")][-1]
+
+    @property
+    def kept(self) -> tuple[str, ...]:
+        return tuple(s.label for s in self.steps if s.decision == "kept")
+
+    def speedup(self, label: str) -> float | None:
+        """Samples/s of ``label`` over the baseline's (the same samples per epoch, so also the time ratio)."""
+        s, b = self.step(label), self.baseline
+        return None if not s.measured or not b.measured else s.samples_per_s / b.samples_per_s
+
+    @property
+    def ratio_over_baseline(self) -> float:
+        """The final recipe's throughput over the baseline's, measured in the same run."""
+        return self.speedup(self.final.label) or 1.0
+
+    def ceiling(self, label: str) -> float | None:
+        """The measured ceiling ``label`` is divided by, raised to the fastest row with the same ceiling when one
+        beat it (see :func:`gpulab.limits.ceiling_for`): shares never exceed 100%."""
+        s = self.step(label)
+        if not s.ceiling_flops:
+            return None
+        same = [(o.label, o.achieved_flops) for o in self.steps if o.ceiling_flops == s.ceiling_flops]
+        return ceiling_for(s.ceiling_flops, same)[0]
+
+    def share_of_ceiling(self, label: str) -> float | None:
+        """Achieved FLOP/s (counted FLOPs per sample x samples/s) over the ceiling of the step's precision: MFU."""
+        a, c = self.step(label).achieved_flops, self.ceiling(label)
+        return None if a is None or not c else a / c
+
+    @property
+    def ceiling_notes(self) -> tuple[str, ...]:
+        out = []
+        for c in sorted({s.ceiling_flops for s in self.steps if s.ceiling_flops}):
+            note = ceiling_for(c, [(o.label, o.achieved_flops) for o in self.steps if o.ceiling_flops == c])[1]
+            if note:
+                out.append(note)
+        return tuple(out)
+
+    def to_dataframe(self) -> Any:
+        """The numbers, unformatted (samples/s, ratios, fractions, bytes)."""
+        import pandas as pd
+
+        rows = [{"step": s.label, "recipe": s.recipe, "decision": s.decision, "reason": s.reason,
+                 "samples_per_s": s.samples_per_s, "spread_pct": s.spread_pct, "speedup": self.speedup(s.label),
+                 "achieved_flops": s.achieved_flops, "ceiling_dtype": s.ceiling_dtype,
+                 "share_of_ceiling": self.share_of_ceiling(s.label), "gain": s.gain, "peak_memory_bytes": s.peak_memory_bytes,
+                 "test_accuracy": s.test_accuracy, "run_id": s.run_id} for s in self.steps]
+        return pd.DataFrame(rows).set_index("step")
+
+    def _columns(self) -> tuple[list[str], list[list[str]], str]:
+        header = ["step", "samples/s", "spread", f"vs {self.baseline.label}", "achieved", "% of ceiling",
+                  "peak memory", "test accuracy", "decision"]
+        rows = []
+        for s in self.steps:
+            if not s.measured:
+                rows.append([s.label] + [NA] * 7 + [f"{s.decision}: {s.reason}" if s.reason else s.decision])
+                continue
+            share, sp = self.share_of_ceiling(s.label), self.speedup(s.label)
+            noisy = s.spread_pct is not None and s.spread_pct > 10
+            rows.append([s.label + (" *" if noisy else ""), fmt_number(s.samples_per_s), f"{s.spread_pct:.0f}%" if s.spread_pct is not None else NA,
+                         f"{sp:.2f}x" if sp else NA, fmt_rate(s.achieved_flops, "FLOP/s") if s.achieved_flops else NA,
+                         f"{share:.0%} {_short(s.ceiling_dtype)}" if share is not None else NA,
+                         fmt_bytes(s.peak_memory_bytes), NA if s.test_accuracy is None else f"{s.test_accuracy:.1%}",
+                         f"{s.decision}: {s.reason}" if s.reason else s.decision])
+        notes = [f"{self.epochs} epochs per step; samples/s from the epochs after the first" if self.epochs else "",
+                 f"kept = faster beyond the epochs' spread (and at least 5%) and at most "
+                 f"{self.accuracy_tolerance:.0%} less accurate; % of ceiling = counted FLOPs x samples/s over this "
+                 f"machine's measured matmul peak in the step's precision",
+                 f"final: {self.final.label} = {self.ratio_over_baseline:.1f}x the {self.baseline.label}"]
+        if any(r[0].endswith(" *") for r in rows):
+            notes.append("* spread above 10%: the machine was busy; a change is kept only if it gained more than "
+                         "the spread")
+        return header, rows, "; ".join(n for n in (*notes, *self.ceiling_notes, *self.notes) if n)
+
+    def plot(self, ax: Any = None) -> Any:
+        """Speedup over the baseline per step (kept in blue, dropped in grey, branches hatched) and test accuracy.
+        Returns the Axes pair."""
+        import matplotlib.pyplot as plt
+
+        shown = [s for s in self.steps if s.measured]
+        if ax is None:
+            _, ax = plt.subplots(1, 2, figsize=(10, 0.9 + 0.42 * len(shown)), gridspec_kw={"width_ratios": [3, 1.4]})
+        labels = [s.label for s in shown]
+        speed = [self.speedup(s.label) or math.nan for s in shown]
+        colors = ["#2a7ab9" if s.decision in ("kept", "baseline") else "#bbbbbb" for s in shown]
+        bars = ax[0].barh(labels, speed, color=colors)
+        for bar, s in zip(bars, shown):
+            if s.decision == "branch":
+                bar.set_hatch("//")
+        ax[0].set_xscale("log")
+        ax[0].axvline(1.0, color="k", lw=0.8, ls="--")
+        for y, v in enumerate(speed):
+            if not math.isnan(v):
+                ax[0].annotate(f" {v:.1f}x", (v, y), va="center", fontsize=9)
+        ax[0].set_xlim(right=max([v for v in speed if not math.isnan(v)] + [1.0]) * 3)
+        ax[0].invert_yaxis()
+        ax[0].set_xlabel(f"samples/s over the {self.baseline.label} (log scale; blue = kept)")
+        ax[0].set_title(self.title, loc="left")
+        acc = [100 * (s.test_accuracy if s.test_accuracy is not None else math.nan) for s in shown]
+        ax[1].barh(labels, acc, color=colors)
+        ax[1].invert_yaxis()
+        ax[1].set_yticklabels([])
+        finite = [a for a in acc if not math.isnan(a)]
+        ax[1].set_xlim(max(0.0, min(finite + [100.0]) - 5), 100)
+        ax[1].set_xlabel("test accuracy (%)")
+        ax[0].figure.tight_layout()
+        return ax
+
+
+def _short(dtype: str | None) -> str:
+    return {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(dtype or "", dtype or "")
+
+
+def _decide(current: AblationStep, got: AblationStep, tolerance: float, min_gain: float) -> tuple[bool, str]:
+    gain = got.samples_per_s / current.samples_per_s
+    noise = max(min_gain, (current.spread_pct or 0) / 100, (got.spread_pct or 0) / 100)
+    if current.test_accuracy is not None and got.test_accuracy is not None \
+            and got.test_accuracy < current.test_accuracy - tolerance:
+        lost = 100 * (current.test_accuracy - got.test_accuracy)
+        return False, f"{gain:.2f}x, but {lost:.1f} points less accurate"
+    if gain < 1 + noise:
+        return False, (f"{gain:.2f}x: slower" if gain < 1 - noise else f"{gain:.2f}x: within the noise ({noise:.0%})")
+    return True, f"{gain:.2f}x"
+
+
+def ablate(train: Callable[[Any, Any], Any], baseline: Any, changes: Sequence[Change], *,
+           apply: Callable[[Any, Mapping[str, Any]], Any], describe: Callable[[Any], str] = str,
+           params: Callable[[Any], Mapping[str, Any]] = lambda r: dict(r) if isinstance(r, Mapping) else {},
+           ceiling: Callable[[Any], tuple[str, float] | None] = lambda r: None,
+           baseline_label: str = "seed loop", title: str = "Ablation", accuracy_tolerance: float = 0.01,
+           min_gain: float = 0.05, track: Mapping[str, Any] | None = None, monitor_interval: float = 0.2,
+           device: str = "", epochs: int | None = None) -> Ablation:
+    """Train ``baseline``, then each change applied to the best recipe so far; keep it if it helps.
+
+    ``apply(recipe, fields)`` returns the changed recipe; ``ceiling(recipe)`` the measured ceiling of its
+    precision as ``(dtype, FLOP/s)``. With ``track`` (keyword arguments of :func:`gpulab.tracking.track`,
+    e.g. ``{"experiment": "capstone", "root": "runs"}``) every step is a tracked run: its recipe as parameters,
+    what ``train`` logs, and the :class:`gpulab.Monitor` telemetry recorded around it.
+    """
+    if not callable(train):
+        raise TypeError(f"train must be a function (recipe, run) -> result, got {train!r}")
+    if not 0 <= accuracy_tolerance < 1:
+        raise ValueError(f"accuracy_tolerance must be a fraction in [0, 1), got {accuracy_tolerance!r}")
+    if not 0 <= min_gain < 1:
+        raise ValueError(f"min_gain must be a fraction in [0, 1), got {min_gain!r}")
+    for c in changes:
+        if not isinstance(c, Change):
+            raise TypeError(f"changes must be course.Change objects, got {c!r}")
+
+    def measure(label: str, recipe: Any, decision: str) -> AblationStep:
+        run_id = None
+        with contextlib.ExitStack() as stack:
+            run = None
+            if track is not None:
+                from ..tracking import track as open_run
+
+                run = stack.enter_context(open_run(label, params={**params(recipe), "step": label}, **track))
+            if run is not None and monitor_interval:
+                from ..telemetry import Monitor
+
+                with Monitor(interval=monitor_interval) as mon:
+                    result = train(recipe, run)
+                run.log_trace(mon.trace)
+            else:
+                result = train(recipe, run)
+        run_id = run.record.run_id if run is not None else None
+        c = ceiling(recipe)
+        return AblationStep(label, describe(recipe), dict(params(recipe)), decision, "",
+                            float(result.samples_per_s),
+                            None if result.spread_pct is None else float(result.spread_pct), result.test_accuracy,
+                            result.peak_memory_bytes, result.flops_per_sample, c[0] if c else None,
+                            c[1] if c else None, run_id)
+
+    from dataclasses import replace
+
+    current = measure(baseline_label, baseline, "baseline")
+    recipe = baseline
+    steps = [current]
+    branches = []
+    for change in changes:
+        if not change.available:
+            steps.append(AblationStep(change.label, "", {}, "not available", change.why_not))
+            continue
+        if change.branch:
+            branches.append(change)
+            continue
+        fields = change.fields(recipe) if callable(change.fields) else change.fields
+        options = [(change.label, fields)] if isinstance(fields, Mapping) else \
+            [(f"{change.label}: {name}", f) for name, f in fields]
+        if not options:
+            steps.append(AblationStep(change.label, "", {}, "not tried", change.why_not or "nothing to try"))
+        for label, f in options:
+            candidate = apply(recipe, f)
+            got = measure(label, candidate, "dropped")
+            keep, why = _decide(current, got, accuracy_tolerance, min_gain)
+            steps.append(replace(got, decision="kept" if keep else "dropped", reason=why,
+                                 gain=got.samples_per_s / current.samples_per_s))
+            if keep:
+                current, recipe = steps[-1], candidate
+                break
+    for change in branches:
+        fields = change.fields(recipe) if callable(change.fields) else change.fields
+        got = measure(change.label, apply(recipe, fields), "branch")
+        gain = got.samples_per_s / current.samples_per_s
+        steps.append(replace(got, gain=gain, reason=f"{gain:.2f}x the final recipe" + (f"; {change.why}" if change.why else "")))
+    return Ablation(title, tuple(steps), device, epochs, accuracy_tolerance)

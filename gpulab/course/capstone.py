@@ -1,0 +1,412 @@
+"""The capstone's PyTorch loop: the seed's MNIST training loop as written, and every change the course
+taught as one switch on a :class:`Recipe`, so one function trains any combination and says what it did.
+
+The seed loop (an MLP 784-500-10, batch 32, a ``DataLoader`` whose dataset converts each image with
+``ToTensor``, Adam at lr 1e-3, ``loss.item()`` every 100 steps) is ``Recipe()``. The switches: batch size
+and learning rate; where the data lives ("per-sample" through a DataLoader, "host" tensors, "device"
+tensors, or "disk" files through a DataLoader); DataLoader workers and pinned memory; autocast precision
+(bf16, or fp16 with a GradScaler); TF32; Adam's implementation; ``torch.compile``.
+
+Example:
+    >>> from gpulab import course
+    >>> d = course.digits(n_train=256, n_test=64, download=False)
+    >>> r = course.train_recipe(course.Recipe(batch_size=64, data="host"), d, epochs=2)
+    >>> r.samples_per_epoch, 0.0 <= r.test_accuracy <= 1.0, r.samples_per_s > 0
+    (256, True, True)
+"""
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from .._check import whole
+from .._format import fmt_bytes, fmt_number, fmt_seconds, html_table, text_table
+from .digits import Digits, PerSampleDigits, to_features
+
+__all__ = ["Recipe", "RecipeRun", "train_recipe", "seed_model", "digits_on_disk"]
+
+Data = Literal["per-sample", "host", "device", "disk"]
+Precision = Literal["fp32", "bf16", "fp16"]
+OptimizerImpl = Literal["default", "foreach", "fused"]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How to train the seed's MLP. ``Recipe()`` is the seed loop as written.
+
+    data: "per-sample" (a DataLoader over a dataset that makes a PIL image and runs ``ToTensor`` per
+        sample, like ``torchvision.datasets.MNIST``), "host" (the whole set converted once to a float tensor in
+        host memory, batches sliced from it and copied), "device" (that tensor copied to the device once) or
+        "disk" (image files read by ``ImageFolder`` through a DataLoader).
+    workers / pin_memory: DataLoader worker processes, and page-locked host memory with ``non_blocking``
+        copies (CUDA only; "host" data is gathered once per epoch into a pinned tensor).
+    precision: autocast to "bf16", or "fp16" with a GradScaler; "fp32" is no autocast.
+    tf32: fp32 matmuls on TF32 tensor cores (Ampere and newer GPUs).
+    optimizer: Adam's "default" implementation (torch picks), "foreach" or "fused".
+    compile: ``torch.compile`` the model (the first epoch pays for compilation; timing skips it).
+    log_every: read the loss with ``.item()`` every this many steps, as the seed does (a host-device sync).
+    """
+
+    batch_size: int = 32
+    lr: float = 1e-3
+    data: Data = "per-sample"
+    workers: int = 0
+    pin_memory: bool = False
+    precision: Precision = "fp32"
+    tf32: bool = False
+    optimizer: OptimizerImpl = "default"
+    compile: bool = False
+    log_every: int = 100
+
+    def __post_init__(self) -> None:
+        whole("batch_size", self.batch_size)
+        whole("workers", self.workers, low=0)
+        whole("log_every", self.log_every)
+        if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or not 0 < self.lr < 10:
+            raise ValueError(f"lr must be a positive learning rate below 10, got {self.lr!r}")
+        for name, value, allowed in (("data", self.data, ("per-sample", "host", "device", "disk")),
+                                     ("precision", self.precision, ("fp32", "bf16", "fp16")),
+                                     ("optimizer", self.optimizer, ("default", "foreach", "fused"))):
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+        for name in ("pin_memory", "tf32", "compile"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
+
+    def params(self) -> dict[str, Any]:
+        """The recipe as a flat dict (what experiment trackers log as parameters)."""
+        return asdict(self)
+
+    def describe(self) -> str:
+        """One line: batch, lr, data path, precision and the switches that are on."""
+        on = [name for name in ("pin_memory", "tf32", "compile") if getattr(self, name)]
+        parts = [f"batch {self.batch_size}", f"lr {self.lr:.3g}", f"data {self.data}", self.precision,
+                 f"Adam {self.optimizer}"]
+        if self.workers:
+            parts.append(f"{self.workers} workers")
+        return ", ".join(parts + on)
+
+
+@dataclass(frozen=True, repr=False)
+class RecipeRun:
+    """What :func:`train_recipe` did: per-epoch wall times (device synchronised at each epoch's end), the
+    losses read every ``log_every`` steps, test accuracy, peak memory and the work per sample."""
+
+    recipe: Recipe
+    device: str
+    epochs: int
+    samples_per_epoch: int
+    epoch_times_s: tuple[float, ...]
+    losses: tuple[tuple[int, float], ...]         # (step, loss) as read with .item()
+    test_accuracy: float | None                 # None: not measured (e.g. a timing-only run)
+    peak_memory_bytes: int | None
+    flops_per_sample: float
+    memory_method: str = ""
+    chunk_rates: tuple[tuple[float, ...], ...] = ()   # per timed epoch: samples/s of each quarter of it
+    notes: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def timed_epochs_s(self) -> tuple[float, ...]:
+        """The epochs timing uses: all but the first (lazy start-up, compilation, worker start), if any remain."""
+        return self.epoch_times_s[1:] or self.epoch_times_s
+
+    @property
+    def samples_per_s(self) -> float:
+        """Samples per second over the timed epochs (median epoch)."""
+        return self.samples_per_epoch / statistics.median(self.timed_epochs_s)
+
+    @property
+    def spread_pct(self) -> float | None:
+        """How much the timed epochs disagreed, in % (see :func:`_quarter_spread`); None with fewer than two
+        timed epochs. Above 10%: the machine was busy, compare with care."""
+        return _quarter_spread(self.chunk_rates)
+
+    @property
+    def achieved_flops(self) -> float:
+        return self.flops_per_sample * self.samples_per_s
+
+    def _rows(self) -> list[tuple[str, str]]:
+        rows = [("recipe", self.recipe.describe()), ("device", self.device),
+                ("epochs", f"{self.epochs} x {self.samples_per_epoch:,} samples; "
+                           + ", ".join(fmt_seconds(t) for t in self.epoch_times_s)),
+                ("throughput", f"{fmt_number(self.samples_per_s)} samples/s"
+                               + (f" (spread {self.spread_pct:.0f}%)" if self.spread_pct is not None else "")),
+                ("test accuracy", "not measured" if self.test_accuracy is None else f"{self.test_accuracy:.1%}"),
+                ("peak memory", fmt_bytes(self.peak_memory_bytes))]
+        return rows + [("note", n) for n in self.notes]
+
+    def __repr__(self) -> str:
+        return "RecipeRun\n" + text_table(("", ""), self._rows())
+
+    def _repr_html_(self) -> str:
+        return html_table(("", ""), self._rows(), caption="Training run")
+
+
+def _quarter_spread(per_epoch: Any) -> float | None:
+    """Each quarter of a timed epoch compared with the same quarter of the other timed epochs (the same work,
+    so start-of-epoch costs cancel out): the median of those relative ranges, in %. None with fewer than two
+    timed epochs.
+
+    Example:
+        >>> round(_quarter_spread([(100.0, 200.0, 200.0, 200.0), (110.0, 200.0, 200.0, 180.0)]), 1)
+        4.8
+    """
+    epochs = [tuple(e) for e in per_epoch if len(e)]
+    if len(epochs) < 2:
+        return None
+    k = min(len(e) for e in epochs)
+    ranges = [(max(col) - min(col)) / statistics.median(col) for col in zip(*(e[:k] for e in epochs))]
+    return 100.0 * statistics.median(ranges)
+
+
+def seed_model() -> Any:
+    """The seed's network: 784 -> 500 -> ReLU -> 10."""
+    from .models import mlp
+
+    return mlp(784, 500, 10, layers=1)
+
+
+def _grey(path: str) -> Any:
+    from PIL import Image
+
+    with open(path, "rb") as f:
+        return Image.open(f).convert("L")
+
+
+def digits_on_disk(d: Digits, root: str | Path | None = None) -> Path:
+    """Write ``d``'s training images as PNG files in the ImageFolder layout (``root/<class>/<i>.png``),
+    once: a second call with the same digits finds them. Returns the folder."""
+    import hashlib
+
+    from PIL import Image
+
+    from .images import data_dir
+
+    digest = hashlib.sha1(d.train_x.numpy().tobytes() + d.train_y.numpy().tobytes()).hexdigest()[:12]
+    root = Path(root) if root is not None else data_dir() / "generated" / f"digits-{digest}"
+    done = root / ".complete"
+    if done.is_file() and done.read_text() == digest:
+        return root
+    for c in range(10):
+        (root / f"{c}").mkdir(parents=True, exist_ok=True)
+    for i, (img, label) in enumerate(zip(d.train_x.numpy(), d.train_y.tolist())):
+        Image.fromarray(img).save(root / f"{label}" / f"{i:06d}.png")
+    done.write_text(digest)
+    return root
+
+
+class _Batches:
+    """One epoch of ``(x, y)`` batches on the device, the way the recipe's data path makes them."""
+
+    def __init__(self, recipe: Recipe, d: Digits, dev: Any, seed: int, disk_root: Path | None) -> None:
+        import torch
+
+        self.r, self.dev, self.cuda = recipe, dev, dev.type == "cuda"
+        self.pin = recipe.pin_memory and self.cuda
+        self.g = torch.Generator().manual_seed(seed)
+        self.loader = None
+        if recipe.data in ("per-sample", "disk"):
+            from torch.utils.data import DataLoader
+            from torchvision import transforms
+
+            if recipe.data == "disk":
+                from torchvision.datasets import ImageFolder
+
+                ds: Any = ImageFolder(str(disk_root or digits_on_disk(d)), transform=transforms.ToTensor(), loader=_grey)
+            else:
+                ds = PerSampleDigits(d.train_x, d.train_y, transforms.ToTensor())
+            self.loader = DataLoader(ds, batch_size=recipe.batch_size, shuffle=True, num_workers=recipe.workers,
+                                     pin_memory=self.pin, persistent_workers=recipe.workers > 0, generator=self.g)
+        else:
+            x, y = to_features(d.train_x), d.train_y
+            if recipe.data == "device":
+                x, y = x.to(dev), y.to(dev)
+            self.x, self.y = x, y
+            if self.pin and recipe.data == "host":     # gathered once per epoch into page-locked buffers
+                self.px = torch.empty_like(x).pin_memory()
+                self.py = torch.empty_like(y).pin_memory()
+
+    def steps_per_epoch(self) -> int:
+        return len(self.loader) if self.loader is not None else -(-int(self.x.shape[0]) // self.r.batch_size)
+
+    def resident(self) -> list[Any]:
+        """The data tensors held in the device's memory (on a CPU, host memory is the device's)."""
+        if self.loader is not None:
+            return []
+        return [self.x, self.y] if (self.r.data == "device" or not self.cuda) else []
+
+    def epoch(self) -> Any:
+        import torch
+
+        r, dev = self.r, self.dev
+        if self.loader is not None:
+            for images, labels in self.loader:
+                yield (images.reshape(-1, 28 * 28).to(dev, non_blocking=self.pin),
+                       labels.to(dev, non_blocking=self.pin))
+            return
+        n = int(self.x.shape[0])
+        perm = torch.randperm(n, generator=self.g)
+        if r.data == "device":
+            perm = perm.to(dev)
+            x, y = self.x, self.y
+            for i in range(0, n, r.batch_size):
+                idx = perm[i:i + r.batch_size]
+                yield x[idx], y[idx]
+            return
+        if self.pin:
+            # The previous epoch's copies have finished (each epoch ends with a device sync), so the pinned
+            # buffers can be rewritten; slices of them are page-locked and copy asynchronously.
+            torch.index_select(self.x, 0, perm, out=self.px)
+            torch.index_select(self.y, 0, perm, out=self.py)
+            x, y = self.px, self.py
+        else:
+            x, y = self.x[perm], self.y[perm]
+        for i in range(0, n, r.batch_size):
+            yield (x[i:i + r.batch_size].to(dev, non_blocking=self.pin),
+                   y[i:i + r.batch_size].to(dev, non_blocking=self.pin))
+
+
+def _optimizer(recipe: Recipe, params: Any) -> Any:
+    import torch
+
+    kw = {"foreach": True} if recipe.optimizer == "foreach" else {"fused": True} if recipe.optimizer == "fused" else {}
+    return torch.optim.Adam(params, lr=recipe.lr, **kw)
+
+
+def _tf32(recipe: Recipe, dev: Any) -> Any:
+    if not recipe.tf32:
+        return contextlib.nullcontext()
+    from .tf32 import tf32, tf32_supported
+
+    if not tf32_supported(dev):
+        raise ValueError(f"tf32=True needs a CUDA GPU of compute capability 8.0 or newer; {dev} has none: "
+                         "use Recipe(tf32=False)")
+    return tf32(True)
+
+
+def train_recipe(recipe: Recipe, data: Digits, *, epochs: int = 3, device: Any = None, seed: int = 0,
+                 run: Any = None, disk_root: str | Path | None = None) -> RecipeRun:
+    """Train the seed's MLP on ``data`` for ``epochs`` epochs the way ``recipe`` says; return a
+    :class:`RecipeRun`. Throughput comes from the epochs after the first (the device synchronised at each
+    epoch's end); test accuracy from the whole test set at the end.
+
+    ``run`` (an open :func:`gpulab.tracking.track` run) receives the losses the loop reads (``loss``, at
+    their step), each epoch's time and throughput, and the test accuracy.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    from ..memory.accounting import _optimizer_state_tensors, _tensor_bytes
+    from ..roofline import count_flops
+    from ..system import device as pick_device
+    from ..timing import synchronize
+    from .runs import _step_memory
+    from .training import make_scaler, TrainConfig
+
+    if not isinstance(recipe, Recipe):
+        raise TypeError(f"recipe must be a course.Recipe, got {type(recipe).__name__}")
+    if not isinstance(data, Digits):
+        raise TypeError(f"data must be course.digits(...), got {type(data).__name__}")
+    whole("epochs", epochs)
+    whole("seed", seed, low=0)
+    dev = pick_device(None if device is None else str(device))
+    torch.manual_seed(seed)
+    model = seed_model().to(dev)
+    optimizer = _optimizer(recipe, model.parameters())
+    run_model = torch.compile(model) if recipe.compile else model
+    scaler = make_scaler(TrainConfig(precision=recipe.precision), dev.type)
+    dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[recipe.precision]
+    autocast = (lambda: torch.autocast(dev.type, dtype=dtype)) if dtype is not None else contextlib.nullcontext
+    batches = _Batches(recipe, data, dev, seed, Path(disk_root) if disk_root else None)
+    cuda = dev.type == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(dev)
+    times: list[float] = []
+    chunks: list[tuple[float, ...]] = []
+    chunk = max(1, batches.steps_per_epoch() // 4)
+    losses: list[tuple[int, float]] = []
+    step = 0
+    with _tf32(recipe, dev):
+        for epoch in range(epochs):
+            synchronize(dev)
+            t0 = tc = time.perf_counter()
+            seen = chunk_seen = 0
+            quarters: list[float] = []
+            for i, (x, y) in enumerate(batches.epoch(), start=1):
+                with autocast():
+                    loss = F.cross_entropy(run_model(x), y)
+                optimizer.zero_grad()
+                if scaler is not None:
+                    scaler.scale(loss).backward()
+                    scaler.step(optimizer)
+                    scaler.update()
+                else:
+                    loss.backward()
+                    optimizer.step()
+                step += 1
+                seen += int(y.shape[0])
+                chunk_seen += int(y.shape[0])
+                if step % recipe.log_every == 0:          # the seed's print(loss.item()): a sync
+                    losses.append((step, float(loss.item())))
+                    if run is not None:
+                        run.log_metrics({"loss": losses[-1][1]}, step=step)
+                if epoch > 0 and i % chunk == 0:          # quarter epochs: how steady the timed epochs ran
+                    synchronize(dev)
+                    now = time.perf_counter()
+                    quarters.append(chunk_seen / (now - tc))
+                    tc, chunk_seen = now, 0
+            synchronize(dev)
+            times.append(time.perf_counter() - t0)
+            if epoch > 0:
+                chunks.append(tuple(quarters))
+            if run is not None:
+                run.log_metrics({"epoch_time_s": times[-1], "samples_per_s": seen / times[-1]}, step=epoch)
+        if not losses or losses[-1][0] != step:
+            losses.append((step, float(loss.item())))
+        accuracy = _accuracy(run_model, data, dev, autocast)
+        # memory: the CUDA allocator's peak over the whole run; elsewhere what stays resident (weights,
+        # optimizer state, data held on the device) plus what one more step allocates at its peak
+        if cuda:
+            peak, method = int(torch.cuda.max_memory_allocated(dev)), "cuda-allocator"
+        else:
+            x, y = next(iter(batches.epoch()))
+            resident = _tensor_bytes([*model.parameters(), *_optimizer_state_tensors(optimizer), *batches.resident()])
+            with _step_memory(dev) as grown:
+                with autocast():
+                    F.cross_entropy(model(x), y).backward()
+            optimizer.zero_grad()
+            peak, method = int(resident + grown["bytes"]), "tracked-tensors"
+    flops = count_flops(lambda: F.cross_entropy(model(x[:1]), y[:1]).backward())
+    model.zero_grad()
+    result = RecipeRun(recipe, str(dev), epochs, seen, tuple(times), tuple(losses), accuracy, peak, float(flops),
+                       method, tuple(chunks))
+    if run is not None:
+        run.log_metrics({"test_accuracy": accuracy, "samples_per_s_timed": result.samples_per_s,
+                         **({"spread_pct": result.spread_pct} if result.spread_pct is not None else {})}, step=epochs)
+    return result
+
+
+def _accuracy(model: Any, d: Digits, dev: Any, autocast: Any) -> float:
+    import torch
+
+    was = model.training
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+        x, y = to_features(d.test_x), d.test_y
+        for i in range(0, d.n_test, 2048):
+            with autocast():
+                out = model(x[i:i + 2048].to(dev))
+            correct += int((out.argmax(1).cpu() == y[i:i + 2048]).sum())
+    model.train(was)
+    return correct / d.n_test
+
+
+def with_changes(recipe: Recipe, **changes: Any) -> Recipe:
+    """``recipe`` with some fields changed (validated)."""
+    return replace(recipe, **changes)

@@ -1,0 +1,176 @@
+"""The capstone's PyTorch ablation: the seed loop, then each change the course taught, kept if it helps.
+
+:func:`torch_changes` lists the changes for the device lessons run on (a change the device cannot make is
+listed with the reason); :func:`torch_ablation` runs them with :func:`course.ablate` and returns the table.
+
+Example:
+    >>> from gpulab import course
+    >>> [c.label for c in course.torch_changes(course.digits(64, 16, download=False), device="cpu")][:3]
+    ['batch 256, lr x2.8 (square-root rule)', 'whole tensors, no per-sample transform', 'pinned memory, non_blocking copies']
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from typing import Any, Mapping
+
+from .ablation import Ablation, Change, ablate
+from .capstone import Recipe, seed_model, train_recipe
+from .digits import Digits, to_features
+
+__all__ = ["torch_changes", "torch_ablation", "largest_batch"]
+
+
+def largest_batch(recipe: Recipe, data: Digits, *, device: Any = None, budget: int | None = None,
+                  limit: int | None = None) -> Any:
+    """:func:`gpulab.find_max_batch_size` for ``recipe``'s training step (data on the device): the sizes that
+    fit, each timed. ``budget`` simulates a card's memory off-GPU (default 16 GiB, a T4's); ``limit`` defaults to
+    an eighth of the training set, so an epoch still has 8 steps."""
+    import torch
+    import torch.nn.functional as F
+
+    from ..memory import GiB, find_max_batch_size
+    from ..system import device as pick_device
+    from .capstone import _optimizer
+    from .training import TrainConfig, make_scaler
+
+    dev = pick_device(None if device is None else str(device))
+    model = seed_model().to(dev)
+    opt = _optimizer(recipe, model.parameters())
+    scaler = make_scaler(TrainConfig(precision=recipe.precision), dev.type)
+    dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[recipe.precision]
+    x_all, y_all = to_features(data.train_x).to(dev), data.train_y.to(dev)
+    n = data.n_train
+
+    def step(bs: int) -> None:
+        idx = torch.randint(0, n, (bs,), device=dev)
+        with torch.autocast(dev.type, dtype=dtype, enabled=dtype is not None):
+            loss = F.cross_entropy(model(x_all[idx]), y_all[idx])
+        opt.zero_grad()
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            opt.step()
+
+    limit = limit or max(recipe.batch_size, n // 8)
+    cuda = dev.type == "cuda"
+    return find_max_batch_size(step, start=min(recipe.batch_size, limit), limit=limit,
+                               budget=None if cuda else (budget or 16 * GiB), device=str(dev), min_run_time=0.15)
+
+
+def torch_changes(data: Digits, *, device: Any = None, batch_size: int = 256, compile_on_cpu: bool = False,
+                  budget: int | None = None) -> list[Change]:
+    """The changes lesson 12 tries, in order, for ``device`` (default: the lessons' device)."""
+    import torch
+
+    from ..precision import choose_precision
+    from ..system import device as pick_device
+    from .batching import scale_lr
+    from .tf32 import tf32_supported
+
+    dev = pick_device(None if device is None else str(device))
+    cuda = dev.type == "cuda"
+    prec = choose_precision() if cuda or dev.type == "cpu" else None
+    low = prec.precision if prec is not None and prec.precision != "fp32" else None
+    fused_ok = _fused_adam_works(dev)
+
+    def bigger(recipe: Recipe) -> list[tuple[str, Mapping[str, Any]]]:
+        # the sizes that fit, timed; the ones faster than the current batch are tried fastest first, and the
+        # first that keeps accuracy is kept (a larger batch makes fewer updates in the same epochs)
+        search = largest_batch(recipe, data, device=dev, budget=budget)
+        timed = {t.batch_size: t.items_per_s for t in search.trials if t.fits and t.items_per_s}
+        now = timed.get(recipe.batch_size)
+        faster = sorted((b for b in timed if b > recipe.batch_size and (now is None or timed[b] > 1.05 * now)),
+                        key=lambda b: -timed[b])[:3]
+        return [(f"batch {b}", {"batch_size": b, "lr": scale_lr(recipe.lr, recipe.batch_size, b, rule="sqrt")})
+                for b in faster]
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return [
+        Change(f"batch {batch_size}, lr x{(batch_size / 32) ** 0.5:.1f} (square-root rule)",
+               lambda r: {"batch_size": batch_size, "lr": scale_lr(r.lr, r.batch_size, batch_size, rule="sqrt")},
+               why="fewer, larger steps; Adam's learning rate scaled by the square root of the batch ratio"),
+        Change("whole tensors, no per-sample transform", {"data": "host"},
+               why="convert the data set once instead of one PIL image and ToTensor per sample"),
+        Change("pinned memory, non_blocking copies", {"pin_memory": True}, available=cuda,
+               why_not="needs a CUDA GPU: on a CPU there is no host-to-device copy to overlap"),
+        Change("data on the device", {"data": "device"}, available=cuda,
+               why_not="on a CPU the host's memory is the device's: the data is already there"),
+        Change(f"{low or '16-bit'} autocast" + (" + GradScaler" if low == "fp16" else ""), {"precision": low or "fp32"},
+               available=low is not None, why_not="this device has no fast 16-bit format"),
+        Change("TF32 matmuls", {"tf32": True}, available=tf32_supported(dev),
+               why_not="TF32 needs an Ampere or newer GPU"),
+        Change("fused Adam", {"optimizer": "fused"}, available=fused_ok,
+               why_not=f"torch {torch.__version__} has no fused Adam for {dev.type}"),
+        Change("torch.compile", {"compile": True}, available=cuda or compile_on_cpu,
+               why_not="skipped on a CPU: the first compiled step builds C++ for ~30 s (lesson 10), more than this "
+                       "lesson's time; torch_ablation(compile_on_cpu=True) measures it"),
+        Change("larger batch that fits", bigger,
+               why="find_max_batch_size times the sizes that fit; the faster ones are tried, fastest first",
+               why_not="no batch that fits ran faster than the current one in the search"),
+        Change("data on disk: DataLoader with workers" + (", pinned" if cuda else ""),
+               lambda r: {"data": "disk", "workers": max(1, min(4, cores)), "pin_memory": cuda}, branch=True,
+               why="what the final recipe keeps when the data set cannot be held in memory"),
+    ]
+
+
+def _fused_adam_works(dev: Any) -> bool:
+    import torch
+
+    try:
+        p = torch.nn.Parameter(torch.zeros(2, device=dev))
+        opt = torch.optim.Adam([p], fused=True)
+        p.grad = torch.ones_like(p)
+        opt.step()
+        return True
+    except (RuntimeError, ValueError, TypeError, NotImplementedError):
+        return False
+
+
+def _ceiling(dev: Any) -> Any:
+    from ..limits import machine_limits
+
+    lim = machine_limits(dev)
+    names = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+    def ceiling(recipe: Recipe) -> tuple[str, float] | None:
+        name = names[recipe.precision]
+        return (name, lim.peak_flops(name)) if lim.has(name) else None
+    return ceiling
+
+
+def torch_ablation(data: Digits, *, epochs: int = 3, device: Any = None, batch_size: int = 256,
+                   compile_on_cpu: bool = False, track: Mapping[str, Any] | None = None,
+                   accuracy_tolerance: float = 0.01, budget: int | None = None,
+                   disk_images: int | None = 6000) -> Ablation:
+    """Train the seed loop, then each of :func:`torch_changes` in turn, all for ``epochs`` epochs on ``data``;
+    keep a change when it is faster beyond the noise and costs at most ``accuracy_tolerance`` of accuracy.
+
+    ``disk_images``: how many training images the "data on disk" branch reads as files (timed over 2 epochs).
+    ``track``: keyword arguments of :func:`gpulab.tracking.track` (e.g. ``{"experiment": "capstone-torch",
+    "root": "runs"}``): every step is logged with its telemetry.
+    """
+    from ..system import device as pick_device
+
+    dev = pick_device(None if device is None else str(device))
+    changes = torch_changes(data, device=dev, batch_size=batch_size, compile_on_cpu=compile_on_cpu, budget=budget)
+    disk = data.take(disk_images) if disk_images and disk_images < data.n_train else data
+
+    def train(recipe: Recipe, run: Any) -> Any:
+        if recipe.data != "disk":
+            return train_recipe(recipe, data, epochs=epochs, device=dev, run=run)
+        # reading image files is slow: time two epochs of a subset; its accuracy is not comparable, so not shown
+        return replace(train_recipe(recipe, disk, epochs=2, device=dev, run=run), test_accuracy=None)
+
+    table = ablate(train, Recipe(), changes, apply=lambda r, f: replace(r, **f), describe=Recipe.describe,
+                   params=Recipe.params, ceiling=_ceiling(dev),
+                   title=f"PyTorch: the seed loop, one change at a time ({dev.type})",
+                   accuracy_tolerance=accuracy_tolerance, track=track, device=str(dev), epochs=epochs)
+    notes = [f"{data.n_train:,} training images ({data.source}), test accuracy on {data.n_test:,}"]
+    if disk is not data:
+        notes.append(f"the disk branch is timed on {disk.n_train:,} image files over 2 epochs")
+    return replace(table, notes=tuple(notes))
+

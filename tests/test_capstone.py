@@ -1,0 +1,291 @@
+"""Lesson 12's scaffolding: the digits, the seed loop as a Recipe, the ablation driver and its table, the
+step's own matmul ceiling, the measured challenge and the results card."""
+from __future__ import annotations
+
+import importlib.util
+import math
+from types import SimpleNamespace as NS
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if importlib.util.find_spec("torchvision") is None:    # not importorskip: importing torchvision imports Triton,
+    pytest.skip("torchvision is not installed", allow_module_level=True)   # before test_kernels picks its mode
+
+import gpulab as gl  # noqa: E402
+from gpulab import course  # noqa: E402
+from gpulab.limits import step_matmul_ceiling  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def small():
+    return course.digits(n_train=640, n_test=200, download=False)
+
+
+class FakeRun:
+    """Records what train_recipe logs (the tracking run's log_metrics)."""
+
+    def __init__(self):
+        self.points = []
+
+    def log_metrics(self, mapping, step):
+        for k, v in mapping.items():
+            assert math.isfinite(v), (k, v)
+            self.points.append((k, step, v))
+
+
+# ---- data ---------------------------------------------------------------------------------------
+def test_digits_stand_in_has_mnist_shapes_and_is_seeded(small):
+    assert small.source == "synthetic" and "download=False" in small.note
+    assert tuple(small.train_x.shape) == (640, 28, 28) and small.train_x.dtype == torch.uint8
+    assert small.train_y.dtype == torch.int64 and set(small.train_y.tolist()) <= set(range(10))
+    again = course.digits(n_train=640, n_test=200, download=False)
+    assert torch.equal(again.train_x, small.train_x) and torch.equal(again.test_y, small.test_y)
+    assert not torch.equal(small.train_x[:200], small.test_x)          # test images are other images
+    assert "640 images" in repr(small) and "<table" in small._repr_html_()
+
+
+@pytest.mark.parametrize("kwargs, match", [({"n_train": 0}, "n_train"), ({"n_test": -1}, "n_test"),
+                                           ({"seed": -1}, "seed"), ({"timeout_s": 0}, "timeout_s")])
+def test_digits_rejects_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        course.digits(download=False, **kwargs)
+
+
+def test_per_sample_dataset_matches_the_whole_tensor_conversion(small):
+    from torchvision import transforms
+
+    ds = course.PerSampleDigits(small.train_x, small.train_y, transforms.ToTensor())
+    x, y = ds[7]
+    assert torch.allclose(x.reshape(-1), course.to_features(small.train_x[7:8])[0]) and y == int(small.train_y[7])
+    with pytest.raises(ValueError, match="differ in length"):
+        course.PerSampleDigits(small.train_x, small.train_y[:3])
+
+
+def test_digits_on_disk_are_the_same_images(small, tmp_path):
+    from torchvision import transforms
+    from torchvision.datasets import ImageFolder
+
+    from gpulab.course.capstone import _grey
+
+    root = course.digits_on_disk(small, tmp_path / "d")
+    assert sorted(p.name for p in root.iterdir() if p.is_dir()) == [str(c) for c in range(10)]
+    files = ImageFolder(str(root), transform=transforms.ToTensor(), loader=_grey)
+    assert len(files) == small.n_train
+    x, label = files[0]
+    i = int(files.samples[0][0].rsplit("/", 1)[1].split(".")[0])
+    assert label == int(small.train_y[i]) and torch.allclose(x.reshape(-1), course.to_features(small.train_x[i:i + 1])[0])
+    mtime = (root / ".complete").stat().st_mtime_ns
+    assert course.digits_on_disk(small, root) == root and (root / ".complete").stat().st_mtime_ns == mtime  # once
+
+
+# ---- the recipe and its training run ------------------------------------------------------------------
+@pytest.mark.parametrize("kwargs, error", [({"batch_size": 0}, ValueError), ({"data": "gpu"}, ValueError),
+                                           ({"lr": float("nan")}, ValueError), ({"lr": -1e-3}, ValueError),
+                                           ({"precision": "fp8"}, ValueError), ({"pin_memory": "yes"}, TypeError),
+                                           ({"workers": -1}, ValueError), ({"optimizer": "sgd"}, ValueError)])
+def test_recipe_rejects_bad_fields(kwargs, error):
+    with pytest.raises(error):
+        course.Recipe(**kwargs)
+
+
+def test_the_default_recipe_is_the_seed_loop():
+    r = course.Recipe()
+    assert (r.batch_size, r.lr, r.data, r.precision, r.optimizer, r.log_every) == (32, 1e-3, "per-sample", "fp32",
+                                                                                    "default", 100)
+    assert "batch 32" in r.describe() and r.params()["data"] == "per-sample"
+
+
+@pytest.mark.parametrize("recipe", [course.Recipe(log_every=5), course.Recipe(batch_size=64, data="host", precision="bf16",
+                                                                              optimizer="foreach")])
+def test_train_recipe_reports_what_it_did(small, recipe):
+    run = FakeRun()
+    r = course.train_recipe(recipe, small, epochs=2, run=run)
+    steps_per_epoch = math.ceil(small.n_train / recipe.batch_size)
+    assert r.samples_per_epoch == small.n_train and len(r.epoch_times_s) == 2
+    assert len(r.chunk_rates) == 1 and len(r.chunk_rates[0]) >= 4 and r.samples_per_s > 0
+    assert r.spread_pct is None          # one timed epoch: nothing to compare it with
+    assert 0.0 <= r.test_accuracy <= 1.0 and r.peak_memory_bytes > 397_510 * 4   # at least the fp32 weights
+    # forward (2 matmuls) + backward (weight gradients of both layers, input gradient of the second)
+    assert r.flops_per_sample == 2 * (784 * 500 + 500 * 10) * 2 + 2 * 500 * 10
+    assert r.losses[-1][0] == 2 * steps_per_epoch
+    logged = {k for k, _, _ in run.points}
+    assert {"epoch_time_s", "samples_per_s", "test_accuracy", "samples_per_s_timed"} <= logged
+    if recipe.log_every == 5:
+        assert [s for k, s, _ in run.points if k == "loss"][:2] == [5, 10]
+    assert "RecipeRun" in repr(r) and "<table" in r._repr_html_()
+
+
+def test_train_recipe_learns_the_task(small):
+    r = course.train_recipe(course.Recipe(batch_size=32, data="host"), small, epochs=3)
+    assert r.test_accuracy > 0.5, r          # 10 classes: chance is 10%
+    assert len(r.chunk_rates) == 2 and r.spread_pct is not None and r.spread_pct >= 0
+
+
+def test_train_recipe_rejects_what_a_cpu_cannot_do_and_bad_arguments(small):
+    with pytest.raises(ValueError, match="tf32"):
+        course.train_recipe(course.Recipe(data="host", tf32=True), small, epochs=1, device="cpu")
+    with pytest.raises(TypeError, match="course.Recipe"):
+        course.train_recipe({"batch_size": 32}, small)
+    with pytest.raises(ValueError, match="epochs"):
+        course.train_recipe(course.Recipe(), small, epochs=0)
+
+
+# ---- the ablation ------------------------------------------------------------------------------------
+def fake_train(rates, accuracy=None, spread=1.0):
+    def train(recipe, run):
+        b = recipe["b"]
+        return NS(samples_per_s=rates[b], spread_pct=spread, test_accuracy=(accuracy or {}).get(b, 0.9),
+                  peak_memory_bytes=1000 * b, flops_per_sample=1e6)
+    return train
+
+
+def apply(r, f):
+    return {**r, **f}
+
+
+def test_ablate_keeps_what_helps_and_says_why_not_otherwise():
+    changes = [course.Change("b2", {"b": 2}), course.Change("b3 slower", {"b": 3}),
+               course.Change("b4 inaccurate", {"b": 4}), course.Change("b5 noise", {"b": 5}),
+               course.Change("tf32", {"b": 9}, available=False, why_not="no GPU"),
+               course.Change("disk", {"b": 6}, branch=True)]
+    rates = {1: 100.0, 2: 300.0, 3: 200.0, 4: 900.0, 5: 303.0, 6: 30.0}
+    t = course.ablate(fake_train(rates, {4: 0.8}), {"b": 1}, changes, apply=apply)
+    decisions = {s.label: (s.decision, s.reason) for s in t.steps}
+    assert decisions["seed loop"][0] == "baseline" and decisions["b2"] == ("kept", "3.00x")
+    assert decisions["b3 slower"] == ("dropped", "0.67x: slower")
+    assert decisions["b4 inaccurate"] == ("dropped", "3.00x, but 10.0 points less accurate")
+    assert decisions["b5 noise"][0] == "dropped" and "within the noise" in decisions["b5 noise"][1]
+    assert decisions["tf32"] == ("not available", "no GPU")
+    assert decisions["disk"][0] == "branch" and decisions["disk"][1].startswith("0.10x the final recipe")
+    assert [s.label for s in t.steps][-1] == "disk"                      # branches come last
+    assert t.final.label == "b2" and t.ratio_over_baseline == 3.0 and t.kept == ("b2",)
+    assert t.step("b3 slower").gain == pytest.approx(200 / 300)
+    assert "b4 inaccurate" in repr(t) and "<table" in t._repr_html_()
+    df = t.to_dataframe()
+    assert df.loc["b2", "speedup"] == 3.0 and math.isnan(df.loc["tf32", "samples_per_s"])
+
+
+def test_ablate_tries_alternatives_until_one_is_kept():
+    rates = {1: 100.0, 8: 800.0, 4: 400.0, 2: 200.0}
+    bigger = course.Change("larger batch", lambda r: [(f"batch {b}", {"b": b}) for b in (8, 4, 2)])
+    t = course.ablate(fake_train(rates, {8: 0.5}), {"b": 1}, [bigger], apply=apply)
+    assert [(s.label, s.decision) for s in t.steps] == [("seed loop", "baseline"), ("larger batch: batch 8", "dropped"),
+                                                         ("larger batch: batch 4", "kept")]
+    empty = course.Change("larger batch", lambda r: [], why_not="none faster")
+    t = course.ablate(fake_train(rates), {"b": 1}, [empty], apply=apply)
+    assert (t.steps[-1].decision, t.steps[-1].reason) == ("not tried", "none faster")
+
+
+def test_ablation_shares_never_exceed_the_ceiling():
+    t = course.ablate(fake_train({1: 100.0, 2: 300.0}), {"b": 1}, [course.Change("b2", {"b": 2})], apply=apply,
+                      ceiling=lambda r: ("float32", 2e8))               # 300 samples/s x 1 MFLOP = 3e8 > 2e8
+    assert t.share_of_ceiling("b2") == 1.0 and t.share_of_ceiling("seed loop") == pytest.approx(1 / 3)
+    assert t.ceiling_notes and "ceiling raised" in t.ceiling_notes[0]
+
+
+@pytest.mark.parametrize("kwargs, match", [({"accuracy_tolerance": 1.5}, "accuracy_tolerance"),
+                                           ({"min_gain": -0.1}, "min_gain")])
+def test_ablate_rejects_bad_rules(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        course.ablate(fake_train({1: 1.0}), {"b": 1}, [], apply=apply, **kwargs)
+    with pytest.raises(TypeError, match="Change"):
+        course.ablate(fake_train({1: 1.0}), {"b": 1}, [{"b": 2}], apply=apply)
+
+
+def test_torch_changes_say_what_a_cpu_cannot_do(small):
+    changes = {c.label: c for c in course.torch_changes(small, device="cpu")}
+    assert not changes["pinned memory, non_blocking copies"].available
+    assert not changes["data on the device"].available and not changes["TF32 matmuls"].available
+    assert not changes["torch.compile"].available and "compile_on_cpu" in changes["torch.compile"].why_not
+    with_compile = {c.label: c for c in course.torch_changes(small, device="cpu", compile_on_cpu=True)}
+    assert with_compile["torch.compile"].available
+    assert changes["data on disk: DataLoader with workers"].branch
+
+
+def test_torch_ablation_runs_end_to_end(small):
+    t = course.torch_ablation(small, epochs=2, device="cpu", disk_images=128)
+    assert t.baseline.label == "seed loop" and t.baseline.decision == "baseline"
+    assert {s.decision for s in t.steps} <= {"baseline", "kept", "dropped", "not available", "not tried", "branch"}
+    assert t.steps[-1].decision == "branch" and t.steps[-1].test_accuracy is None   # the disk branch: timing only
+    for s in t.steps:
+        share = t.share_of_ceiling(s.label)
+        assert share is None or 0 < share <= 1.0
+    assert t.ratio_over_baseline > 0 and "128 image files" in repr(t)
+
+
+# ---- the step's own matmuls -------------------------------------------------------------------------
+def test_step_matmul_ceiling_records_forward_and_backward_matmuls():
+    c = course.recipe_ceiling(course.Recipe(batch_size=64, precision="bf16"), min_run_time=0.05)
+    assert c.ops == ("addmm bf16 64x784 @ 784x500", "addmm bf16 64x500 @ 500x10", "mm bf16 64x10 @ 10x500",
+                     "mm bf16 10x64 @ 64x500", "mm bf16 500x64 @ 64x784")
+    assert c.flops == 64 * (2 * (784 * 500 + 500 * 10) * 2 + 2 * 500 * 10) and c.flops_per_s > 0
+    assert "StepMatmuls" in repr(c)
+    with pytest.raises(ValueError, match="no matmul"):
+        step_matmul_ceiling(lambda: torch.ones(3).sum())
+    with pytest.raises(TypeError, match="callable"):
+        step_matmul_ceiling(42)
+
+
+# ---- the challenge and the card ---------------------------------------------------------------------
+def test_recipe_challenge_passes_fails_and_waits(small):
+    seed = course.train_recipe(course.Recipe(data="host"), small, epochs=2)
+    assert isinstance(course.recipe_challenge("x", None, small, baseline=seed), course.NotAnswered)
+    ok = course.recipe_challenge("x", course.Recipe(batch_size=64, data="host"), small, baseline=seed, speedup=0.01,
+                                 accuracy_tolerance=0.99)
+    assert ok.passed and "[ok]" in repr(ok)
+    with pytest.raises(AssertionError, match="target 1000x"):
+        course.recipe_challenge("x", course.Recipe(data="host"), small, baseline=seed, speedup=1000)
+    with pytest.raises(TypeError, match="baseline"):
+        course.recipe_challenge("x", course.Recipe(), small, baseline=3.0)
+    with pytest.raises(TypeError, match="course.Recipe"):
+        course.recipe_challenge("x", {"batch_size": 64}, small, baseline=seed)
+
+
+def test_results_card_writes_markdown_and_html(tmp_path):
+    t = course.ablate(fake_train({1: 100.0, 2: 300.0}), {"b": 1}, [course.Change("b2", {"b": 2})], apply=apply)
+    card = course.results_card("My card", [t], headline=[("speedup", "3.0x")], folder=tmp_path)
+    assert card.markdown_path == tmp_path / "my-card.md" and card.html_path.read_text().startswith("<!doctype html>")
+    text = card.markdown_path.read_text()
+    assert "# My card" in text and "| speedup | 3.0x |" in text and "| b2 | 300 |" in text and "Measured " in text
+    with pytest.raises(ValueError, match="title"):
+        course.results_card(" ", [t], folder=tmp_path)
+    with pytest.raises(TypeError, match="gpulab tables"):
+        course.results_card("x", [42], folder=tmp_path)
+
+
+# ---- tracking ----------------------------------------------------------------------------------------
+def test_tracked_ablation_lands_in_mlflow_and_tensorboard_with_telemetry(small, tmp_path):
+    pytest.importorskip("mlflow")
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    rates = {1: 100.0, 2: 300.0}
+
+    def train(recipe, run):   # a real training run for the baseline, so losses and epochs are logged
+        r = course.train_recipe(course.Recipe(batch_size=64 * recipe["b"], data="host", log_every=2), small,
+                                epochs=2, run=run)
+        return NS(samples_per_s=rates[recipe["b"]], spread_pct=1.0, test_accuracy=r.test_accuracy,
+                  peak_memory_bytes=r.peak_memory_bytes, flops_per_sample=r.flops_per_sample)
+
+    t = course.ablate(train, {"b": 1}, [course.Change("b2", {"b": 2})], apply=apply, params=dict,
+                      track={"experiment": "cap", "root": tmp_path}, monitor_interval=0.05)
+    table = gl.tracking.runs("cap", root=tmp_path)
+    assert [r.name for r in table.rows] == ["seed loop", "b2"]
+    stored = {r.run_id: r for r in table.rows}
+    first = stored[t.baseline.run_id]
+    assert first.status == "FINISHED" and first.params["b"] == "1" and first.params["step"] == "seed loop"
+    assert {"loss", "epoch_time_s", "test_accuracy"} <= set(first.metrics) and first.trace_logged
+    trace = gl.tracking.load_trace(t.baseline.run_id, root=tmp_path, experiment="cap")
+    assert len(trace.frame) >= 1 and "host" in trace.devices
+    acc = EventAccumulator(str(first.tensorboard_dir))
+    acc.Reload()
+    assert {"loss", "test_accuracy"} <= set(acc.Tags()["scalars"])
+    # the exercise's check reads the same store
+    rec = next(r for r in table.rows if r.name == "b2")
+    assert "[ok]" in repr(course.check_tracked("tracked", rec, metrics=["loss"], root=tmp_path))
+    with pytest.raises(AssertionError, match="no \\['val_loss'\\] metric"):
+        course.check_tracked("tracked", rec, metrics=["val_loss"], root=tmp_path)
+    assert isinstance(course.check_tracked("tracked", None), course.NotAnswered)
+    with pytest.raises(TypeError, match="record of a tracked run"):
+        course.check_tracked("tracked", "run-id", root=tmp_path)
