@@ -289,3 +289,21 @@ def test_tracked_ablation_lands_in_mlflow_and_tensorboard_with_telemetry(small, 
     assert isinstance(course.check_tracked("tracked", None), course.NotAnswered)
     with pytest.raises(TypeError, match="record of a tracked run"):
         course.check_tracked("tracked", "run-id", root=tmp_path)
+
+
+def test_ablate_decides_from_the_interleaved_comparison_when_given():
+    # the runs' own rates say "slower" (a busy moment); the interleaved comparison says 1.5x: it decides
+    t = course.ablate(fake_train({1: 100.0, 2: 90.0}), {"b": 1}, [course.Change("b2", {"b": 2})], apply=apply,
+                      compare=lambda cur, cand: (1.5, 3.0))
+    assert (t.steps[1].decision, t.steps[1].reason, t.steps[1].gain) == ("kept", "1.50x (interleaved)", 1.5)
+    t = course.ablate(fake_train({1: 100.0, 2: 300.0}), {"b": 1}, [course.Change("b2", {"b": 2})], apply=apply,
+                      compare=lambda cur, cand: (1.08, 12.0))
+    assert t.steps[1].decision == "dropped" and "within the noise (12%)" in t.steps[1].reason
+
+
+def test_recipe_stepper_cycles_epochs_and_interleaved_gain_sees_a_faster_recipe(small):
+    step = course.recipe_stepper(course.Recipe(batch_size=256, data="host"), small)
+    assert [step() for _ in range(7)] == [256, 256, 128, 256, 256, 128, 256]      # 640 = 256 + 256 + 128
+    gain, spread = course.interleaved_gain(course.Recipe(data="host"), course.Recipe(batch_size=256, data="host"),
+                                           small, min_run_time=0.3)
+    assert gain > 1.5 and spread >= 0

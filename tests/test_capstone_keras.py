@@ -140,13 +140,13 @@ ALLOWED = {"baseline", "kept", "dropped", "not available", "not tried", "branch"
 
 
 class FakeLimits:
-    """A float32-only machine_limits result: the real one measures matmuls for seconds."""
+    """A machine_limits result with made-up peaks: the real one measures matmuls for seconds."""
 
     def has(self, dtype):
-        return dtype == "float32"
+        return True
 
     def peak_flops(self, dtype):
-        return 1e12
+        return 1e12 if dtype == "float32" else 2e12
 
 
 @pytest.fixture
@@ -154,19 +154,21 @@ def fake_limits(monkeypatch):
     import gpulab.limits
 
     asked = []
-    monkeypatch.setattr(gpulab.limits, "machine_limits", lambda device=None, **kw: asked.append(device) or FakeLimits())
+    monkeypatch.setattr(gpulab.limits, "machine_limits",
+                        lambda device=None, dtypes=None, **kw: asked.append((device, tuple(dtypes or ()))) or FakeLimits())
     return asked
 
 
 def test_a_small_ablation(tiny, keras, fake_limits):
     table = course.keras_ablation(tiny, epochs=2)
-    assert fake_limits == ["cpu"] or fake_limits == ["cuda"]      # measured once, on TensorFlow's device
+    assert {d for d, _ in fake_limits} in ({"cpu"}, {"cuda"})      # on TensorFlow's device
+    assert {t for _, t in fake_limits} <= {("float32",), ("bfloat16",), ("float16",)}   # each policy's dtype
     assert table.steps[0].label == "seed loop" and table.steps[0].decision == "baseline"
     assert {s.decision for s in table.steps} <= ALLOWED and len(table.steps) >= 5
     assert table.title.startswith("Keras: the seed loop, one change at a time (")
     assert table.baseline.ceiling_dtype == "float32" and 0 < table.share_of_ceiling("seed loop") <= 1
     mixed = next(s for s in table.steps if s.label.startswith("mixed precision"))
-    assert mixed.ceiling_dtype is None and mixed.measured        # no 16-bit ceiling measured: no share shown
+    assert mixed.ceiling_dtype in ("bfloat16", "float16") and mixed.ceiling_flops == 2e12   # its own precision's peak
     assert any("jit_compile='auto'" in n for n in table.notes)
     assert keras.mixed_precision.global_policy().name == "float32"
     assert "seed loop" in repr(table) and "<table" in table._repr_html_()

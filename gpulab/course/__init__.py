@@ -60,16 +60,16 @@ from .allocator import (AllocatorRun, TFOOM, TF_OOM_EXAMPLE, alloc_conf, allocat
                         tf_limit_gpu_memory)
 from .memory_fit import FitChallenge, fit_challenge
 from .digits import Digits, PerSampleDigits, digits, to_features
-from .capstone import Recipe, RecipeRun, digits_on_disk, seed_model, train_recipe
+from .capstone import Recipe, RecipeRun, digits_on_disk, recipe_stepper, seed_model, train_recipe
 from .ablation import Ablation, AblationStep, Change, ablate
-from .capstone_torch import largest_batch, torch_ablation, torch_changes
+from .capstone_torch import interleaved_gain, largest_batch, torch_ablation, torch_changes
 from .capstone_keras import KerasRecipe, KerasRun, keras_ablation, keras_changes, train_keras_recipe
 from .capstone_report import check_tracked, RecipeChallenge, ResultsCard, recipe_ceiling, recipe_challenge, results_card, results_dir, runs_dir
 
 __all__ = [
     "FusedChallenge", "fused_challenge", "matmul_global_bytes",
-    "digits", "Digits", "PerSampleDigits", "to_features", "Recipe", "RecipeRun", "train_recipe", "seed_model",
-    "digits_on_disk", "ablate", "Ablation", "AblationStep", "Change", "torch_ablation", "torch_changes", "largest_batch",
+    "digits", "Digits", "PerSampleDigits", "to_features", "Recipe", "RecipeRun", "train_recipe", "recipe_stepper", "seed_model",
+    "digits_on_disk", "ablate", "Ablation", "AblationStep", "Change", "torch_ablation", "torch_changes", "largest_batch", "interleaved_gain",
     "KerasRecipe", "KerasRun", "train_keras_recipe", "keras_changes", "keras_ablation",
     "check_tracked", "recipe_ceiling", "recipe_challenge", "RecipeChallenge", "results_card", "ResultsCard", "results_dir", "runs_dir",
     "serial_parallel_step", "SerialParallelStep", "python_work",

@@ -172,7 +172,8 @@ class Ablation(TableView):
                          fmt_bytes(s.peak_memory_bytes), NA if s.test_accuracy is None else f"{s.test_accuracy:.1%}",
                          f"{s.decision}: {s.reason}" if s.reason else s.decision])
         notes = [f"{self.epochs} epochs per step; samples/s from the epochs after the first" if self.epochs else "",
-                 f"kept = faster beyond the epochs' spread (and at least 5%) and at most "
+                 f"kept = faster beyond the noise (and by at least 5%; 'interleaved': the two recipes' steps timed "
+                 f"in turn) and at most "
                  f"{self.accuracy_tolerance:.0%} less accurate; % of ceiling = counted FLOPs x samples/s over this "
                  f"machine's measured matmul peak in the step's precision",
                  f"final: {self.final.label} = {self.ratio_over_baseline:.1f}x the {self.baseline.label}"]
@@ -220,16 +221,23 @@ def _short(dtype: str | None) -> str:
     return {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(dtype or "", dtype or "")
 
 
-def _decide(current: AblationStep, got: AblationStep, tolerance: float, min_gain: float) -> tuple[bool, str]:
-    gain = got.samples_per_s / current.samples_per_s
-    noise = max(min_gain, (current.spread_pct or 0) / 100, (got.spread_pct or 0) / 100)
+def _decide(current: AblationStep, got: AblationStep, tolerance: float, min_gain: float,
+            paired: tuple[float, float] | None = None) -> tuple[bool, float, str]:
+    """Keep or drop, the gain it is based on, and why. ``paired``: (gain, spread %) from an interleaved
+    comparison of the two recipes, used instead of the two runs' own rates when given."""
+    if paired is not None:
+        gain, noise, how = paired[0], max(min_gain, paired[1] / 100), " (interleaved)"
+    else:
+        gain = got.samples_per_s / current.samples_per_s
+        noise, how = max(min_gain, (current.spread_pct or 0) / 100, (got.spread_pct or 0) / 100), ""
     if current.test_accuracy is not None and got.test_accuracy is not None \
             and got.test_accuracy < current.test_accuracy - tolerance:
         lost = 100 * (current.test_accuracy - got.test_accuracy)
-        return False, f"{gain:.2f}x, but {lost:.1f} points less accurate"
+        return False, gain, f"{gain:.2f}x{how}, but {lost:.1f} points less accurate"
     if gain < 1 + noise:
-        return False, (f"{gain:.2f}x: slower" if gain < 1 - noise else f"{gain:.2f}x: within the noise ({noise:.0%})")
-    return True, f"{gain:.2f}x"
+        return False, gain, (f"{gain:.2f}x{how}: slower" if gain < 1 - noise
+                             else f"{gain:.2f}x{how}: within the noise ({noise:.0%})")
+    return True, gain, f"{gain:.2f}x{how}"
 
 
 def ablate(train: Callable[[Any, Any], Any], baseline: Any, changes: Sequence[Change], *,
@@ -238,13 +246,17 @@ def ablate(train: Callable[[Any, Any], Any], baseline: Any, changes: Sequence[Ch
            ceiling: Callable[[Any], tuple[str, float] | None] = lambda r: None,
            baseline_label: str = "seed loop", title: str = "Ablation", accuracy_tolerance: float = 0.01,
            min_gain: float = 0.05, track: Mapping[str, Any] | None = None, monitor_interval: float = 0.2,
-           device: str = "", epochs: int | None = None) -> Ablation:
+           device: str = "", epochs: int | None = None,
+           compare: Callable[[Any, Any], tuple[float, float]] | None = None) -> Ablation:
     """Train ``baseline``, then each change applied to the best recipe so far; keep it if it helps.
 
     ``apply(recipe, fields)`` returns the changed recipe; ``ceiling(recipe)`` the measured ceiling of its
     precision as ``(dtype, FLOP/s)``. With ``track`` (keyword arguments of :func:`gpulab.tracking.track`,
     e.g. ``{"experiment": "capstone", "root": "runs"}``) every step is a tracked run: its recipe as parameters,
-    what ``train`` logs, and the :class:`gpulab.Monitor` telemetry recorded around it.
+    what ``train`` logs, and the :class:`gpulab.Monitor` telemetry recorded around it. ``compare(current,
+    candidate)`` returns ``(gain, spread %)`` from timing the two recipes interleaved (the same machine state
+    for both); when given, the decision uses it instead of the two runs' own throughputs, which drift apart on a
+    shared machine.
     """
     if not callable(train):
         raise TypeError(f"train must be a function (recipe, run) -> result, got {train!r}")
@@ -301,9 +313,9 @@ def ablate(train: Callable[[Any, Any], Any], baseline: Any, changes: Sequence[Ch
         for label, f in options:
             candidate = apply(recipe, f)
             got = measure(label, candidate, "dropped")
-            keep, why = _decide(current, got, accuracy_tolerance, min_gain)
-            steps.append(replace(got, decision="kept" if keep else "dropped", reason=why,
-                                 gain=got.samples_per_s / current.samples_per_s))
+            paired = compare(recipe, candidate) if compare is not None else None
+            keep, gain, why = _decide(current, got, accuracy_tolerance, min_gain, paired)
+            steps.append(replace(got, decision="kept" if keep else "dropped", reason=why, gain=gain))
             if keep:
                 current, recipe = steps[-1], candidate
                 break

@@ -27,7 +27,7 @@ from .._check import whole
 from .._format import fmt_bytes, fmt_number, fmt_seconds, html_table, text_table
 from .digits import Digits, PerSampleDigits, to_features
 
-__all__ = ["Recipe", "RecipeRun", "train_recipe", "seed_model", "digits_on_disk"]
+__all__ = ["Recipe", "RecipeRun", "train_recipe", "recipe_stepper", "seed_model", "digits_on_disk"]
 
 Data = Literal["per-sample", "host", "device", "disk"]
 Precision = Literal["fp32", "bf16", "fp16"]
@@ -289,6 +289,75 @@ def _tf32(recipe: Recipe, dev: Any) -> Any:
     return tf32(True)
 
 
+class _Trainer:
+    """The seed model, its optimizer and the recipe's data path on one device, and one training step."""
+
+    def __init__(self, recipe: Recipe, data: Digits, device: Any, seed: int, disk_root: str | Path | None) -> None:
+        import torch
+
+        from ..system import device as pick_device
+        from .training import TrainConfig, make_scaler
+
+        if not isinstance(recipe, Recipe):
+            raise TypeError(f"recipe must be a course.Recipe, got {type(recipe).__name__}")
+        if not isinstance(data, Digits):
+            raise TypeError(f"data must be course.digits(...), got {type(data).__name__}")
+        whole("seed", seed, low=0)
+        self.recipe = recipe
+        self.dev = dev = pick_device(None if device is None else str(device))
+        torch.manual_seed(seed)
+        self.model = seed_model().to(dev)
+        self.optimizer = _optimizer(recipe, self.model.parameters())
+        self.run_model = torch.compile(self.model) if recipe.compile else self.model
+        self.scaler = make_scaler(TrainConfig(precision=recipe.precision), dev.type)
+        dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[recipe.precision]
+        self.autocast = (lambda: torch.autocast(dev.type, dtype=dtype)) if dtype is not None else contextlib.nullcontext
+        self.batches = _Batches(recipe, data, dev, seed, Path(disk_root) if disk_root else None)
+
+    def step(self, x: Any, y: Any) -> Any:
+        import torch.nn.functional as F
+
+        with self.autocast():
+            loss = F.cross_entropy(self.run_model(x), y)
+        self.optimizer.zero_grad()
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            loss.backward()
+            self.optimizer.step()
+        return loss
+
+
+def recipe_stepper(recipe: Recipe, data: Digits, *, device: Any = None, seed: int = 0) -> Any:
+    """One training step of ``recipe`` per call (its data path included, epoch after epoch), returning the batch
+    size: what :func:`gpulab.benchmark_interleaved` times to compare two recipes under the same conditions.
+
+    Example:
+        >>> from gpulab import course
+        >>> step = recipe_stepper(course.Recipe(batch_size=16, data="host"), course.digits(64, 8, download=False))
+        >>> [step() for _ in range(5)]
+        [16, 16, 16, 16, 16]
+    """
+    from ..timing import synchronize
+
+    t = _Trainer(recipe, data, device, seed, None)
+    state: dict[str, Any] = {"it": iter(())}
+
+    def step() -> int:
+        try:
+            x, y = next(state["it"])
+        except StopIteration:
+            synchronize(t.dev)      # the last epoch's copies are done before its buffers are refilled
+            state["it"] = t.batches.epoch()
+            x, y = next(state["it"])
+        with _tf32(recipe, t.dev):
+            t.step(x, y)
+        return int(y.shape[0])
+    return step
+
+
 def train_recipe(recipe: Recipe, data: Digits, *, epochs: int = 3, device: Any = None, seed: int = 0,
                  run: Any = None, disk_root: str | Path | None = None) -> RecipeRun:
     """Train the seed's MLP on ``data`` for ``epochs`` epochs the way ``recipe`` says; return a
@@ -303,26 +372,13 @@ def train_recipe(recipe: Recipe, data: Digits, *, epochs: int = 3, device: Any =
 
     from ..memory.accounting import _optimizer_state_tensors, _tensor_bytes
     from ..roofline import count_flops
-    from ..system import device as pick_device
     from ..timing import synchronize
     from .runs import _step_memory
-    from .training import make_scaler, TrainConfig
 
-    if not isinstance(recipe, Recipe):
-        raise TypeError(f"recipe must be a course.Recipe, got {type(recipe).__name__}")
-    if not isinstance(data, Digits):
-        raise TypeError(f"data must be course.digits(...), got {type(data).__name__}")
     whole("epochs", epochs)
-    whole("seed", seed, low=0)
-    dev = pick_device(None if device is None else str(device))
-    torch.manual_seed(seed)
-    model = seed_model().to(dev)
-    optimizer = _optimizer(recipe, model.parameters())
-    run_model = torch.compile(model) if recipe.compile else model
-    scaler = make_scaler(TrainConfig(precision=recipe.precision), dev.type)
-    dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[recipe.precision]
-    autocast = (lambda: torch.autocast(dev.type, dtype=dtype)) if dtype is not None else contextlib.nullcontext
-    batches = _Batches(recipe, data, dev, seed, Path(disk_root) if disk_root else None)
+    t = _Trainer(recipe, data, device, seed, disk_root)
+    dev, model, run_model, optimizer, scaler, autocast, batches = (t.dev, t.model, t.run_model, t.optimizer, t.scaler,
+                                                                   t.autocast, t.batches)
     cuda = dev.type == "cuda"
     if cuda:
         torch.cuda.reset_peak_memory_stats(dev)
@@ -338,16 +394,7 @@ def train_recipe(recipe: Recipe, data: Digits, *, epochs: int = 3, device: Any =
             seen = chunk_seen = 0
             quarters: list[float] = []
             for i, (x, y) in enumerate(batches.epoch(), start=1):
-                with autocast():
-                    loss = F.cross_entropy(run_model(x), y)
-                optimizer.zero_grad()
-                if scaler is not None:
-                    scaler.scale(loss).backward()
-                    scaler.step(optimizer)
-                    scaler.update()
-                else:
-                    loss.backward()
-                    optimizer.step()
+                loss = t.step(x, y)
                 step += 1
                 seen += int(y.shape[0])
                 chunk_seen += int(y.shape[0])

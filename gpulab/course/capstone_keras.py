@@ -344,13 +344,10 @@ def keras_changes(*, device: Any = None, batch_size: int = 256, n_train: int | N
 def _ceiling(device: str) -> Any:
     from ..limits import machine_limits
 
-    lim: list[Any] = []
-
     def ceiling(recipe: KerasRecipe) -> tuple[str, float] | None:
-        if not lim:
-            lim.append(machine_limits(device))
+        # measured once per process; a dtype the device's defaults leave out is measured when first used
         name = _CEILING_DTYPE[recipe.policy]
-        return (name, lim[0].peak_flops(name)) if lim[0].has(name) else None
+        return name, machine_limits(device, dtypes=[name]).peak_flops(name)
     return ceiling
 
 

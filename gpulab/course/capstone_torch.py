@@ -18,7 +18,7 @@ from .ablation import Ablation, Change, ablate
 from .capstone import Recipe, seed_model, train_recipe
 from .digits import Digits, to_features
 
-__all__ = ["torch_changes", "torch_ablation", "largest_batch"]
+__all__ = ["torch_changes", "torch_ablation", "largest_batch", "interleaved_gain"]
 
 
 def largest_batch(recipe: Recipe, data: Digits, *, device: Any = None, budget: int | None = None,
@@ -59,6 +59,32 @@ def largest_batch(recipe: Recipe, data: Digits, *, device: Any = None, budget: i
     cuda = dev.type == "cuda"
     return find_max_batch_size(step, start=min(recipe.batch_size, limit), limit=limit,
                                budget=None if cuda else (budget or 16 * GiB), device=str(dev), min_run_time=0.15)
+
+
+def interleaved_gain(current: Recipe, candidate: Recipe, data: Digits, *, device: Any = None,
+                     min_run_time: float = 0.6) -> tuple[float, float]:
+    """Samples/s of ``candidate`` over ``current``, their training steps timed in turn by
+    :func:`gpulab.benchmark_interleaved` (so a busy moment slows both alike), and the larger relative IQR of the
+    two, in %.
+
+    Example:
+        >>> from gpulab import course
+        >>> d = course.digits(256, 8, download=False)
+        >>> gain, spread = interleaved_gain(course.Recipe(data="host"), course.Recipe(batch_size=128, data="host"), d,
+        ...                                 min_run_time=0.1)
+        >>> gain > 1
+        True
+    """
+    from ..interleaved import benchmark_interleaved
+    from ..system import device as pick_device
+    from .capstone import recipe_stepper
+
+    dev = pick_device(None if device is None else str(device))
+    fns = {"current": recipe_stepper(current, data, device=dev), "candidate": recipe_stepper(candidate, data, device=dev)}
+    ms = benchmark_interleaved(fns, min_run_time=min_run_time, warmup=3, device=dev,
+                               items={"current": current.batch_size, "candidate": candidate.batch_size})
+    gain = ms["candidate"].items_per_s / ms["current"].items_per_s
+    return gain, 100.0 * max(ms["current"].relative_iqr, ms["candidate"].relative_iqr)
 
 
 def torch_changes(data: Digits, *, device: Any = None, batch_size: int = 256, compile_on_cpu: bool = False,
@@ -133,23 +159,25 @@ def _fused_adam_works(dev: Any) -> bool:
 def _ceiling(dev: Any) -> Any:
     from ..limits import machine_limits
 
-    lim = machine_limits(dev)
+    machine_limits(dev)                           # the device's default dtypes, measured once per process
     names = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
     def ceiling(recipe: Recipe) -> tuple[str, float] | None:
+        # a precision the defaults leave out (bf16 on a CPU without bf16 instructions) is measured when used
         name = names[recipe.precision]
-        return (name, lim.peak_flops(name)) if lim.has(name) else None
+        return name, machine_limits(dev, dtypes=[name]).peak_flops(name)
     return ceiling
 
 
 def torch_ablation(data: Digits, *, epochs: int = 3, device: Any = None, batch_size: int = 256,
                    compile_on_cpu: bool = False, track: Mapping[str, Any] | None = None,
                    accuracy_tolerance: float = 0.01, budget: int | None = None,
-                   disk_images: int | None = 6000) -> Ablation:
+                   disk_images: int | None = 6000, compare_s: float = 0.6) -> Ablation:
     """Train the seed loop, then each of :func:`torch_changes` in turn, all for ``epochs`` epochs on ``data``;
     keep a change when it is faster beyond the noise and costs at most ``accuracy_tolerance`` of accuracy.
 
-    ``disk_images``: how many training images the "data on disk" branch reads as files (timed over 2 epochs).
+    ``compare_s``: seconds of interleaved steps behind each keep-or-drop decision (:func:`interleaved_gain`;
+    0 compares the epochs' own throughputs instead). ``disk_images``: how many training images the "data on disk" branch reads as files (timed over 2 epochs).
     ``track``: keyword arguments of :func:`gpulab.tracking.track` (e.g. ``{"experiment": "capstone-torch",
     "root": "runs"}``): every step is logged with its telemetry.
     """
@@ -165,8 +193,11 @@ def torch_ablation(data: Digits, *, epochs: int = 3, device: Any = None, batch_s
         # reading image files is slow: time two epochs of a subset; its accuracy is not comparable, so not shown
         return replace(train_recipe(recipe, disk, epochs=2, device=dev, run=run), test_accuracy=None)
 
+    def compare(current: Recipe, candidate: Recipe) -> tuple[float, float]:
+        return interleaved_gain(current, candidate, data, device=dev, min_run_time=compare_s)
+
     table = ablate(train, Recipe(), changes, apply=lambda r, f: replace(r, **f), describe=Recipe.describe,
-                   params=Recipe.params, ceiling=_ceiling(dev),
+                   params=Recipe.params, ceiling=_ceiling(dev), compare=compare if compare_s else None,
                    title=f"PyTorch: the seed loop, one change at a time ({dev.type})",
                    accuracy_tolerance=accuracy_tolerance, track=track, device=str(dev), epochs=epochs)
     notes = [f"{data.n_train:,} training images ({data.source}), test accuracy on {data.n_test:,}"]
