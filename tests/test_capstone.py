@@ -125,6 +125,8 @@ def test_train_recipe_learns_the_task(small):
 def test_train_recipe_rejects_what_a_cpu_cannot_do_and_bad_arguments(small):
     with pytest.raises(ValueError, match="tf32"):
         course.train_recipe(course.Recipe(data="host", tf32=True), small, epochs=1, device="cpu")
+    with pytest.raises(ValueError, match="cuda_graphs"):
+        course.train_recipe(course.Recipe(data="host", cuda_graphs=True), small, epochs=1, device="cpu")
     with pytest.raises(TypeError, match="course.Recipe"):
         course.train_recipe({"batch_size": 32}, small)
     with pytest.raises(ValueError, match="epochs"):
@@ -198,6 +200,7 @@ def test_torch_changes_say_what_a_cpu_cannot_do(small):
     assert not changes["pinned memory, non_blocking copies"].available
     assert not changes["data on the device"].available and not changes["TF32 matmuls"].available
     assert not changes["torch.compile"].available and "compile_on_cpu" in changes["torch.compile"].why_not
+    assert not changes["CUDA graphs (torch.compile, mode='reduce-overhead')"].available
     with_compile = {c.label: c for c in course.torch_changes(small, device="cpu", compile_on_cpu=True)}
     assert with_compile["torch.compile"].available
     assert changes["data on disk: DataLoader with workers"].branch

@@ -48,6 +48,8 @@ class Recipe:
     tf32: fp32 matmuls on TF32 tensor cores (Ampere and newer GPUs).
     optimizer: Adam's "default" implementation (torch picks), "foreach" or "fused".
     compile: ``torch.compile`` the model (the first epoch pays for compilation; timing skips it).
+    cuda_graphs: compile with ``mode="reduce-overhead"``: the forward and backward kernels are recorded once as
+        CUDA graphs and replayed with one launch each (a CUDA GPU only; implies ``compile``).
     log_every: read the loss with ``.item()`` every this many steps, as the seed does (a host-device sync).
     """
 
@@ -60,6 +62,7 @@ class Recipe:
     tf32: bool = False
     optimizer: OptimizerImpl = "default"
     compile: bool = False
+    cuda_graphs: bool = False
     log_every: int = 100
 
     def __post_init__(self) -> None:
@@ -73,7 +76,7 @@ class Recipe:
                                      ("optimizer", self.optimizer, ("default", "foreach", "fused"))):
             if value not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
-        for name in ("pin_memory", "tf32", "compile"):
+        for name in ("pin_memory", "tf32", "compile", "cuda_graphs"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
 
@@ -83,7 +86,7 @@ class Recipe:
 
     def describe(self) -> str:
         """One line: batch, lr, data path, precision and the switches that are on."""
-        on = [name for name in ("pin_memory", "tf32", "compile") if getattr(self, name)]
+        on = [name for name in ("pin_memory", "tf32", "compile", "cuda_graphs") if getattr(self, name)]
         parts = [f"batch {self.batch_size}", f"lr {self.lr:.3g}", f"data {self.data}", self.precision,
                  f"Adam {self.optimizer}"]
         if self.workers:
@@ -308,15 +311,22 @@ class _Trainer:
         torch.manual_seed(seed)
         self.model = seed_model().to(dev)
         self.optimizer = _optimizer(recipe, self.model.parameters())
-        self.run_model = torch.compile(self.model) if recipe.compile else self.model
+        if recipe.cuda_graphs and dev.type != "cuda":
+            raise ValueError(f"cuda_graphs=True records CUDA graphs: it needs a CUDA GPU, and {dev} is not one: use "
+                             "Recipe(cuda_graphs=False)")
+        self.run_model = (torch.compile(self.model, mode="reduce-overhead") if recipe.cuda_graphs
+                          else torch.compile(self.model) if recipe.compile else self.model)
         self.scaler = make_scaler(TrainConfig(precision=recipe.precision), dev.type)
         dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[recipe.precision]
         self.autocast = (lambda: torch.autocast(dev.type, dtype=dtype)) if dtype is not None else contextlib.nullcontext
         self.batches = _Batches(recipe, data, dev, seed, Path(disk_root) if disk_root else None)
 
     def step(self, x: Any, y: Any) -> Any:
+        import torch
         import torch.nn.functional as F
 
+        if self.recipe.cuda_graphs:     # a new training iteration: the graphs' previous outputs may be overwritten
+            torch.compiler.cudagraph_mark_step_begin()
         with self.autocast():
             loss = F.cross_entropy(self.run_model(x), y)
         self.optimizer.zero_grad()

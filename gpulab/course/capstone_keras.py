@@ -123,8 +123,8 @@ class KerasRun:
 
     @property
     def spread_pct(self) -> float | None:
-        """How steadily the timed epochs ran, in %: the interquartile range of the quarter-epoch rates over their
-        median (the range, with 2-3 of them); None when too few were timed to tell."""
+        """How much the timed epochs disagreed, in %: each quarter of an epoch against the same quarter of the
+        other timed epochs (see ``course.capstone._quarter_spread``); None with fewer than two timed epochs."""
         return _quarter_spread(self.chunk_rates)
 
     @property

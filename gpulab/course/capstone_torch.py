@@ -134,6 +134,9 @@ def torch_changes(data: Digits, *, device: Any = None, batch_size: int = 256, co
         Change("torch.compile", {"compile": True}, available=cuda or compile_on_cpu,
                why_not="skipped on a CPU: the first compiled step builds C++ for ~30 s (lesson 10), more than this "
                        "lesson's time; torch_ablation(compile_on_cpu=True) measures it"),
+        Change("CUDA graphs (torch.compile, mode='reduce-overhead')", {"compile": True, "cuda_graphs": True},
+               available=cuda, why="each step's kernels recorded once and replayed with one launch (lesson 10)",
+               why_not="CUDA graphs record GPU kernel launches: a CUDA GPU only"),
         Change("larger batch that fits", bigger,
                why="find_max_batch_size times the sizes that fit; the faster ones are tried, fastest first",
                why_not="no batch that fits ran faster than the current one in the search"),
