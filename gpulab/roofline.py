@@ -126,11 +126,19 @@ def fit_amdahl(workers: Sequence[int], times_s: Sequence[float]) -> AmdahlFit:
         >>> round(fit.parallel_fraction, 2)
         0.8
     """
+    import math
+    import numbers
+
+    workers, times_s = tuple(workers), tuple(times_s)
+    for n in workers:
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+            raise ValueError(f"workers must be whole numbers >= 1, got {n!r} in {workers!r}")
+    for t in times_s:
+        if isinstance(t, bool) or not isinstance(t, numbers.Real) or not math.isfinite(t) or t <= 0:
+            raise ValueError(f"times_s must be finite positive seconds, got {t!r} in {times_s!r}")
     workers, times_s = tuple(int(n) for n in workers), tuple(float(t) for t in times_s)
     if len(workers) != len(times_s) or len(set(workers)) < 2:
         raise ValueError("fit_amdahl needs matching workers and times for at least two different worker counts")
-    if min(workers) < 1 or min(times_s) <= 0:
-        raise ValueError("workers must be >= 1 and times positive")
     import numpy as np
 
     # T(n) = a + b / n with a = T1 (1 - p) and b = T1 p: linear in (a, b).

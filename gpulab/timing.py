@@ -291,6 +291,10 @@ def benchmark(fn: Callable[..., Any], *args: Any, label: str | None = None, warm
             _check_positive(name, v)
     if num_threads is not None:
         _check_positive("num_threads", num_threads, integer=True)
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        if num_threads > cpus:      # more threads than CPUs never times faster; thousands exhaust the process
+            raise ValueError(f"num_threads={num_threads} is more than the {cpus} CPUs this process may use: "
+                             f"pass at most {cpus} (or None: the current setting)")
     label = label or getattr(fn, "__name__", None) or type(fn).__name__
     dev = str(device) if device is not None else _infer_device(args, kwargs)
     kind = _device_type(dev)

@@ -225,8 +225,12 @@ def check_batches(a: tuple[Any, Any], b: tuple[Any, Any], names: tuple[str, str]
         >>> check_batches((x, [0, 1]), (x + 0.001, [0, 1])).ok
         True
     """
+    import math
+
     import numpy as np
 
+    if isinstance(atol, bool) or not isinstance(atol, (int, float)) or not math.isfinite(atol) or atol < 0:
+        raise ValueError(f"atol must be a finite mean pixel difference >= 0 (e.g. 0.02), got {atol!r}")
     xa, ya = _numpy(a[0]), _numpy(a[1]).reshape(-1)
     xb, yb = _numpy(b[0]), _numpy(b[1]).reshape(-1)
     same_shape = xa.shape == xb.shape

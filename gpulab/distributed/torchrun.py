@@ -115,6 +115,9 @@ def torchrun_command(script: str | os.PathLike[str], args: Sequence[str] = (), *
     """
     whole("nproc", nproc)
     whole("nnodes", nnodes)
+    if isinstance(args, (str, bytes)):
+        raise TypeError(f"args must be a list of arguments, one item each, got the text {args!r}: for a command line "
+                        "pass shlex.split(text), e.g. shlex.split('--steps 5') == ['--steps', '5']")
     target, is_module = _resolve_script(script) if check_script else (str(script), not str(script).endswith(".py"))
     is_module = is_module if module is None else module
     cmd = [python or sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}", f"--nproc-per-node={nproc}"]

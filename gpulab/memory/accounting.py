@@ -212,6 +212,8 @@ def estimate(model_fn: Callable[[], Any], batch_fn: Callable[[int], Any], batch_
     """
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive whole number, got {batch_size!r}")
+    if isinstance(context_bytes, bool) or not isinstance(context_bytes, int) or context_bytes < 0:
+        raise ValueError(f"context_bytes must be whole bytes >= 0 (e.g. 500 * gl.MiB), got {context_bytes!r}")
     torch = _torch()
     try:
         from torch._subclasses.fake_tensor import FakeTensorMode

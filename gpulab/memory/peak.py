@@ -169,7 +169,9 @@ def memory_budget(budget_bytes: int, label: str | None = None) -> Iterator[Memor
         ...         print("OOM")
         OOM
     """
-    tracker = MemoryTracker(budget_bytes, label or f"simulated {fmt_bytes(budget_bytes)} card")
+    if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int):
+        raise TypeError(f"budget_bytes must be whole bytes, e.g. 16 * gl.GiB or int(1.5 * gl.GiB), got {budget_bytes!r}")
+    tracker = MemoryTracker(budget_bytes, label or f"simulated {fmt_bytes(max(budget_bytes, 0))} card")
     with tracker:
         yield tracker
 

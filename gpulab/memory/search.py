@@ -101,6 +101,10 @@ def find_max_batch_size(step: Callable[[int], Any], start: int = 8, limit: int =
         raise ValueError(f"need whole numbers 1 <= start <= limit, got start={start!r}, limit={limit!r}")
     if not 0 < margin <= 1:
         raise ValueError(f"margin must be in (0, 1], got {margin!r}")
+    if isinstance(max_trials, bool) or not isinstance(max_trials, int) or max_trials < 1:
+        raise ValueError(f"max_trials must be a whole number >= 1, got {max_trials!r}")
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
+        raise ValueError(f"budget must be whole bytes > 0, e.g. 16 * gl.GiB or int(1.5 * gl.GiB), got {budget!r}")
     torch = _torch()
     if device is None:
         from ..system import device_kind

@@ -46,7 +46,7 @@ class Monitor:
                  on_sample: Callable[[list[dict[str, Any]]], None] | None = None) -> None:
         if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0.001 <= interval <= 3600:
             raise ValueError(f"interval must be seconds between 0.001 and 3600, got {interval!r}")
-        if isinstance(live_every_s, bool) or not isinstance(live_every_s, (int, float)) or live_every_s < 1.0:
+        if isinstance(live_every_s, bool) or not isinstance(live_every_s, (int, float)) or not 1.0 <= live_every_s < 1e9:
             raise ValueError(f"live_every_s must be at least 1 s (a frame costs ~0.1 s of CPU), got {live_every_s!r}")
         self.interval = float(interval)
         self.live = bool(live)
