@@ -40,7 +40,7 @@ PYTEST_ARGS ?=
 # venv's editable install points at another clone.
 export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 
-.PHONY: install lab test unit notebooks ui doctor docs runs compat compat-install clean help
+.PHONY: install lab test unit notebooks ui doctor docs runs compat compat-install dist clean help
 
 help:
 	@echo "make lab   - install the course stack (first time: a few minutes) and start JupyterLab"
@@ -48,6 +48,7 @@ help:
 	@echo "make docs  - the API reference from the docstrings, in build/docs"
 	@echo "make runs  - the MLflow UI and TensorBoard on the runs gl.tracking logged in $(RUNS)/ (localhost; Ctrl-C stops both)"
 	@echo "make compat - the unit tests against the oldest supported torch, in a second venv ($(COMPAT_VENV))"
+	@echo "make dist  - build the wheel and the sdist into dist/"
 
 install: $(STAMP)
 
@@ -63,11 +64,14 @@ $(STAMP):
 	@touch $@
 	@echo "course stack ready in $(VENV) (TensorFlow: $(TF_FLAVOUR))"
 
+# A fresh random token, handed to JupyterLab in its environment (JUPYTER_TOKEN, read by jupyter_server's
+# IdentityProvider), never on its command line, where any local user could read it with `ps`; only the
+# user sees it, in the address printed here.
 lab: install
 	@token=$$($(PY) -c 'import secrets; print(secrets.token_hex(24))'); \
 	echo "JupyterLab: http://127.0.0.1:$(LAB_PORT)/lab?token=$$token"; \
-	exec $(VENV)/bin/jupyter lab --ip=127.0.0.1 --port=$(LAB_PORT) --no-browser \
-	    --ServerApp.root_dir=notebooks --IdentityProvider.token=$$token \
+	export JUPYTER_TOKEN=$$token; exec $(VENV)/bin/jupyter lab --ip=127.0.0.1 --port=$(LAB_PORT) --no-browser \
+	    --ServerApp.root_dir=notebooks \
 	    $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
 
 # Unit tests, then every notebook under nbval (assert cells are the checks), then every notebook
@@ -115,5 +119,12 @@ doctor: install
 runs: install
 	$(PY) -m gpulab runs --root $(RUNS) --mlflow-port $(MLFLOW_PORT) --tensorboard-port $(TENSORBOARD_PORT)
 
+# The release files: the sdist and, built from it, the wheel, in dist/ (python -m build: an isolated build with
+# pyproject.toml's build requirements). `pip install dist/gpulab-*.whl` installs the library anywhere.
+dist: install
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+	@ls dist
+
 clean:
-	rm -rf build *.egg-info .pytest_cache artifacts
+	rm -rf build dist *.egg-info .pytest_cache artifacts

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ._check import checked, one_of
 from ._format import fmt_number, fmt_seconds, html_table, text_table
 from .timing import Measurement
 
@@ -223,6 +224,7 @@ class CompileReport:
                                  ("; noisy: re-run before trusting small differences" if self.noisy else ""))
 
 
+@checked(label="name", dynamic="flag?", fullgraph="flag", explain="flag", min_run_time="pos")
 def compile_report(fn: Callable[..., Any], *args: Any, label: str = "fn", backend: str = "inductor",
                    mode: str | None = None, dynamic: bool | None = None, fullgraph: bool = False,
                    explain: bool = True, min_run_time: float = 1.0, device: Any = None,
@@ -234,7 +236,9 @@ def compile_report(fn: Callable[..., Any], *args: Any, label: str = "fn", backen
     ``capture_code=True`` keeps Inductor's generated source (forces a fresh compile).
     """
     if not callable(fn):
-        raise TypeError(f"compile_report needs a callable, got {type(fn).__name__}")
+        raise TypeError(f"fn must be a callable, got {type(fn).__name__}")
+    if not isinstance(backend, str) or not backend:
+        raise TypeError(f"backend must be a torch.compile backend name such as 'inductor', got {backend!r}")
     if mode is not None and mode not in ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"):
         raise ValueError(f"unknown mode {mode!r}: default, reduce-overhead, max-autotune or "
                          "max-autotune-no-cudagraphs")
@@ -247,7 +251,13 @@ def compile_report(fn: Callable[..., Any], *args: Any, label: str = "fn", backen
 
     breaks = graph_breaks(fn, *args) if explain else None
     torch._dynamo.reset()
-    compiled = torch.compile(fn, backend=backend, mode=mode, dynamic=dynamic, fullgraph=fullgraph)
+    try:
+        compiled = torch.compile(fn, backend=backend, mode=mode, dynamic=dynamic, fullgraph=fullgraph)
+    except Exception as e:                          # torch._dynamo's InvalidBackend names no argument
+        if type(e).__name__ == "InvalidBackend":
+            raise ValueError(f"backend={backend!r} is not a torch.compile backend: 'inductor' (the default), "
+                             f"'eager' or 'aot_eager' (torch._dynamo.list_backends() lists the rest)") from None
+        raise
     fn(*args)                                   # eager warm-up (lazy init) outside the first compiled call
     synchronize(device)
     code: list[str] = []
@@ -270,6 +280,7 @@ def compile_report(fn: Callable[..., Any], *args: Any, label: str = "fn", backen
                          first_compiles, compiled_graphs() - start - first_compiles, breaks, tuple(code))
 
 
+@checked(warmup="count0")
 def cuda_graph(fn: Callable[..., Any], *static_inputs: Any, warmup: int = 3) -> Callable[..., Any]:
     """Capture ``fn(*static_inputs)`` into a ``torch.cuda.CUDAGraph`` and return ``replay(*inputs)``: it copies
     ``inputs`` into the static input tensors, replays every captured kernel with one launch, and returns the
@@ -281,7 +292,7 @@ def cuda_graph(fn: Callable[..., Any], *static_inputs: Any, warmup: int = 3) -> 
     inference (``torch.inference_mode()``) or a whole static training step.
     """
     if not callable(fn):
-        raise TypeError(f"cuda_graph needs a callable, got {type(fn).__name__}")
+        raise TypeError(f"fn must be a callable, got {type(fn).__name__}")
     import torch
 
     if not torch.cuda.is_available():

@@ -30,6 +30,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, NamedTuple
 
+from ._check import checked, install_hint
 from ._format import NA, fmt_bytes, html_table, text_table
 from .reference import gpu_spec
 
@@ -387,7 +388,7 @@ def _cuda_index(device: Any) -> tuple[int | None, str]:
     try:
         import torch
     except ImportError:
-        return None, "torch is not installed (pip install 'gpulab[torch]'): published figures only"
+        return None, f"torch is not installed ({install_hint('torch')}): published figures only"
     if not torch.cuda.is_available():
         return None, "no CUDA GPU here: published figures only"
     count = torch.cuda.device_count()
@@ -397,6 +398,7 @@ def _cuda_index(device: Any) -> tuple[int | None, str]:
     return index, ""
 
 
+@checked(device="devspec")
 def device_query(device: Any = None, *, compare: Iterable[str] | str = ("T4", "A100 40GB SXM", "H100 SXM")
                  ) -> DeviceReport:
     """The execution-model figures of this machine's CUDA GPU (when there is one) beside published figures of

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Literal
 
+from ._check import install_hint
 from ._format import html_table
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -126,7 +127,7 @@ def diagnose(info: SystemInfo) -> list[Diagnosis]:
 
     if torch_fw is None or not torch_fw.installed:
         add("info", "torch-missing", "PyTorch is not installed: the lessons need it.",
-            "pip install 'gpulab[torch]' (or run `make lab`, which installs the course stack).")
+            f"{install_hint('torch')}, or run `make lab`, which installs the course stack.")
     else:
         if torch_fw.cuda_build is None and not torch_fw.detail.get("hip"):
             if nv_gpus:

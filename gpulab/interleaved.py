@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Mapping
 
 from .timing import Measurement, _threads, environment, synchronize
-from ._check import per_label, positive, whole
+from ._check import checked, per_label, positive, whole
 
 __all__ = ["benchmark_interleaved", "cpu_contention", "Contention", "BUSY_PCT"]
 
@@ -110,6 +110,7 @@ def cpu_contention() -> Iterator[Contention]:
             result.elapsed_s = 0.0
 
 
+@checked(device="device")
 def benchmark_interleaved(fns: Mapping[str, Callable[[], Any]], *, min_run_time: float = 1.0, warmup: int = 1,
                           items: Any = None, flops: Any = None, bytes_moved: Any = None, device: Any = None,
                           min_rounds: int = 5, max_rounds: int = 10_000, block_s: float | None = None

@@ -19,6 +19,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
+from ._check import callable_arg, checked, nbytes as _nbytes, one_of, positive, texts, whole
 from ._format import fmt_bytes, fmt_flops, fmt_rate, html_table, text_table
 from .timing import Env, Measurement, benchmark
 
@@ -28,14 +29,22 @@ __all__ = ["measure_matmul", "measure_bandwidth", "MachineLimits", "machine_limi
 _DTYPES = ("float32", "bfloat16", "float16", "float64")
 
 
-def _torch_dtype(name: str) -> Any:
+def _torch_dtype(name: str, arg: str = "dtype") -> Any:
     import torch
 
-    if name not in _DTYPES:
-        raise ValueError(f"unknown dtype {name!r}: choose from {_DTYPES}")
+    if not isinstance(name, str) or name not in _DTYPES:
+        raise ValueError(f"{arg}: unknown dtype {name!r}: choose from {_DTYPES}")
     return getattr(torch, name)
 
 
+def _torch_dtype_name(name: Any, arg: str = "dtype") -> str:
+    """``name`` checked as one of the dtype names gpulab measures (without importing torch)."""
+    if not isinstance(name, str) or name not in _DTYPES:
+        raise ValueError(f"{arg}: unknown dtype {name!r}: choose from {_DTYPES}")
+    return name
+
+
+@checked(device="device", min_run_time="pos", warmup="count0")
 def measure_matmul(n: int, dtype: str = "float32", device: Any = None, min_run_time: float = 0.5,
                    warmup: int = 2) -> Measurement:
     """Time an ``n x n`` by ``n x n`` matmul into a preallocated output (no allocation in the timed call);
@@ -54,6 +63,7 @@ def measure_matmul(n: int, dtype: str = "float32", device: Any = None, min_run_t
                      min_run_time=min_run_time, warmup=warmup, warn_noisy=False)
 
 
+@checked(device="device", min_run_time="pos", warmup="count0")
 def measure_bandwidth(nbytes: int, device: Any = None, min_run_time: float = 0.5, warmup: int = 2) -> Measurement:
     """Time copying ``nbytes`` from one buffer to another; ``bytes_moved`` counts read + write (2 x nbytes)."""
     if not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes < 4096:
@@ -99,6 +109,7 @@ class MachineLimits:
 
     def peak_flops(self, dtype: str = "float32") -> float:
         """The best FLOP/s measured for ``dtype`` (fastest run over the sizes tried)."""
+        _torch_dtype_name(dtype)
         got = [m.flops / m.min_s for m in self.matmul if m.label.endswith(" " + dtype) and m.flops]
         if not got:
             raise KeyError(f"no matmul measured in {dtype!r}; measured: {self.dtypes}: "
@@ -106,7 +117,9 @@ class MachineLimits:
         return max(got)
 
     def has(self, dtype: str) -> bool:
-        """Whether a ceiling was measured for ``dtype``."""
+        """Whether a ceiling was measured for ``dtype`` (a dtype name such as "float32"; any other name: False)."""
+        if not isinstance(dtype, str):
+            raise TypeError(f"dtype must be a dtype name such as 'float32', got {dtype!r}")
         return dtype in self.dtypes
 
     @property
@@ -167,6 +180,16 @@ def forget_limits() -> None:
     _CACHE.clear()
 
 
+def _sizes(name: str, value: Any) -> list[Any]:
+    """``value`` as a list (a list or tuple of sizes, not one number)."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple, range)):
+        raise TypeError(f"{name} must be a list of matrix sizes such as [512, 1024], got {value!r:.60}")
+    if not value:
+        raise ValueError(f"{name} is empty: give at least one matrix size, or None for the defaults")
+    return list(value)
+
+
+@checked(device="device", min_run_time="pos", refresh="flag")
 def machine_limits(device: Any = None, dtypes: Sequence[str] | None = None, sizes: Sequence[int] | None = None,
                    copy_bytes: int | None = None, min_run_time: float = 0.3, *, refresh: bool = False) -> MachineLimits:
     """This device's ceilings. Defaults follow the device: a sweep of n = 512, 1024, 2048 on a CPU and
@@ -195,9 +218,14 @@ def machine_limits(device: Any = None, dtypes: Sequence[str] | None = None, size
         info = system_info(frameworks=("torch",))
         bf16 = info.capabilities.bf16 or (dev.type == "cpu" and "avx512_bf16" in info.cpu_flags)
         dtypes = ["float32"] + (["bfloat16"] if bf16 else []) + (["float16"] if dev.type == "cuda" else [])
-    for d in dtypes:
-        _torch_dtype(d)
+    for d in texts("dtypes", dtypes):
+        _torch_dtype(d, "dtypes")
+    if sizes is not None:
+        for n in _sizes("sizes", sizes):
+            whole("sizes", n)
     sizes = list(sizes or ([2048, 4096, 8192] if gpu else [512, 1024, 2048]))
+    if copy_bytes is not None:
+        _nbytes("copy_bytes", copy_bytes, low=4096)
     copy_bytes = copy_bytes or (1 << 30)  # larger than CPU caches (some server L3s exceed 256 MiB)
     key = _machine_key(dev)
     if refresh:
@@ -279,6 +307,7 @@ def _matmul_flops(name: str, shapes: list[tuple[int, ...]]) -> int:
     return 2 * batch * a[-2] * a[-1] * b[-1]
 
 
+@checked(step="fn", min_run_time="pos")
 def step_matmul_ceiling(step: Any, *args: Any, min_run_time: float = 0.3, **kwargs: Any) -> StepMatmuls:
     """Record the matmuls ``step(*args, **kwargs)`` performs (forward and backward, in the dtypes autocast
     chose, with their memory layouts), then time them alone, back to back, on fresh tensors of the same

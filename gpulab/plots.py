@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from ._check import axes, mapping, numbers, positive, text, texts
 from .reference import GPU_SPECS, gpu_spec
 from .roofline import AmdahlFit, attainable_flops
 
@@ -30,6 +31,20 @@ def plot_roofline(peak_flops: float, bandwidth: float, points: Sequence[tuple[st
         >>> ax.get_xscale(), ax.get_yscale()
         ('log', 'log')
     """
+    positive("peak_flops", peak_flops, unit="FLOP/s")
+    positive("bandwidth", bandwidth, unit="bytes/s")
+    text("label", label)
+    text("source", source)
+    specs = [GPU_SPECS.get(g) or gpu_spec(g) for g in texts("gpus", gpus)]
+    for name, peak in mapping("extra_peaks", extra_peaks or {}, example="{'bf16': 2e12}").items():
+        positive(f"extra_peaks[{name!r}]", peak, unit="FLOP/s")
+    if isinstance(points, (str, bytes)) or not isinstance(points, (list, tuple)):
+        raise TypeError(f"points must be a list of (name, intensity, FLOP/s) tuples, got {points!r:.60}")
+    for p in points:
+        if not isinstance(p, (list, tuple)) or len(p) != 3 or not isinstance(p[0], str):
+            raise ValueError(f"points: each point is (name, intensity in FLOP/byte, achieved FLOP/s), got {p!r:.60}")
+        numbers(f"points[{p[0]!r}]", p[1:], low=0.0, allow_low=False)
+    axes("ax", ax)
     import matplotlib.pyplot as plt
     import numpy as np
 
@@ -39,8 +54,7 @@ def plot_roofline(peak_flops: float, bandwidth: float, points: Sequence[tuple[st
     ax.loglog(x, attainable_flops(x, peak_flops, bandwidth), lw=2.5, color="k", label=f"{label} ({source})")
     for name, peak in (extra_peaks or {}).items():
         ax.loglog(x, attainable_flops(x, peak, bandwidth), lw=1.5, ls="--", color="k", alpha=0.6, label=name)
-    for g, color in zip(gpus, ("#76b900", "#2a7ab9", "#b0358a", "#d9822b")):
-        s = GPU_SPECS.get(g) or gpu_spec(g)
+    for s, color in zip(specs, ("#76b900", "#2a7ab9", "#b0358a", "#d9822b")):
         ax.loglog(x, attainable_flops(x, s.fp16_tensor_flops, s.bandwidth_bytes_per_s), color=color, alpha=0.8,
                   label=f"{s.name} datasheet (fp16 tensor)")
     for (name, intensity, achieved), marker in zip(points, "osD^v<>ph*"):

@@ -355,7 +355,7 @@ def published(key: str) -> Published:
     try:
         return PUBLISHED[key]
     except KeyError:
-        raise KeyError(f"no published figure {key!r}; known: {', '.join(sorted(PUBLISHED))}") from None
+        raise KeyError(f"no published figure key={key!r}; known: {', '.join(sorted(PUBLISHED))}") from None
 
 
 def _norm(name: str) -> str:
@@ -425,7 +425,8 @@ def gpu_spec(name: str) -> GPUSpec:
         ('A100 40GB SXM', 5, 44.6)
     """
     if not isinstance(name, str) or not name.strip():
-        raise ValueError("gpu_spec needs a GPU name such as 'T4' or torch.cuda.get_device_name()")
+        raise (TypeError if not isinstance(name, str) else ValueError)(
+            f"name must be a GPU name such as 'T4' or torch.cuda.get_device_name(), got {name!r}")
     table = _lookup()
     spec = table.get(_norm(name))
     if spec is not None:

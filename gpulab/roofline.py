@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from ._check import callable_arg, checked, numbers, positive
 from ._format import html_table, text_table
 
 __all__ = ["attainable_flops", "ridge_point", "count_flops", "amdahl_speedup", "fit_amdahl", "AmdahlFit"]
@@ -27,21 +28,22 @@ def attainable_flops(intensity: Any, peak_flops: float, bandwidth: float) -> Any
         >>> round(gl.attainable_flops(1 / 12, 8.1e12, 320e9) / 1e9, 1)      # GFLOP/s: memory-bound
         26.7
     """
-    if peak_flops <= 0 or bandwidth <= 0:
-        raise ValueError(f"peak_flops and bandwidth must be positive, got {peak_flops!r}, {bandwidth!r}")
+    positive("peak_flops", peak_flops, unit="FLOP/s")
+    positive("bandwidth", bandwidth, unit="bytes/s")
     import numpy as np
 
-    out = np.minimum(peak_flops, np.asarray(intensity, dtype=float) * bandwidth)
+    out = np.minimum(peak_flops, numbers("intensity", intensity) * bandwidth)
     return float(out) if np.ndim(out) == 0 else out
 
 
 def ridge_point(peak_flops: float, bandwidth: float) -> float:
     """Arithmetic intensity (FLOPs/byte) where a kernel turns from memory- to compute-bound."""
-    if peak_flops <= 0 or bandwidth <= 0:
-        raise ValueError(f"peak_flops and bandwidth must be positive, got {peak_flops!r}, {bandwidth!r}")
+    positive("peak_flops", peak_flops, unit="FLOP/s")
+    positive("bandwidth", bandwidth, unit="bytes/s")
     return peak_flops / bandwidth
 
 
+@checked(fn="fn")
 def count_flops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> int:
     """FLOPs of one call of ``fn`` as counted by ``torch.utils.flop_counter`` (matmuls, convolutions,
     attention; elementwise ops count as 0).
@@ -51,8 +53,7 @@ def count_flops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> int:
         >>> count_flops(torch.mm, torch.ones(64, 32), torch.ones(32, 16))
         65536
     """
-    if not callable(fn):
-        raise TypeError(f"count_flops needs a callable, got {type(fn).__name__}")
+    callable_arg("fn", fn)
     from torch.utils.flop_counter import FlopCounterMode
 
     with FlopCounterMode(display=False) as counter:
@@ -62,11 +63,12 @@ def count_flops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> int:
 
 def amdahl_speedup(parallel_fraction: float, workers: Any) -> Any:
     """Amdahl's law: ``1 / ((1 - p) + p / n)``."""
-    if not 0.0 <= parallel_fraction <= 1.0:
+    positive("parallel_fraction", parallel_fraction, allow_zero=True)
+    if parallel_fraction > 1.0:
         raise ValueError(f"parallel_fraction must be within [0, 1], got {parallel_fraction!r}")
     import numpy as np
 
-    n = np.asarray(workers, dtype=float)
+    n = numbers("workers", workers, low=1.0)
     if np.any(n < 1):
         raise ValueError("workers must be >= 1")
     out = 1.0 / ((1.0 - parallel_fraction) + parallel_fraction / n)
@@ -129,6 +131,10 @@ def fit_amdahl(workers: Sequence[int], times_s: Sequence[float]) -> AmdahlFit:
     import math
     import numbers
 
+    for name, value in (("workers", workers), ("times_s", times_s)):
+        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple, range)) and \
+                type(value).__name__ != "ndarray":
+            raise TypeError(f"{name} must be a list of numbers, one per run, got {value!r:.60}")
     workers, times_s = tuple(workers), tuple(times_s)
     for n in workers:
         if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
@@ -138,7 +144,11 @@ def fit_amdahl(workers: Sequence[int], times_s: Sequence[float]) -> AmdahlFit:
             raise ValueError(f"times_s must be finite positive seconds, got {t!r} in {times_s!r}")
     workers, times_s = tuple(int(n) for n in workers), tuple(float(t) for t in times_s)
     if len(workers) != len(times_s) or len(set(workers)) < 2:
-        raise ValueError("fit_amdahl needs matching workers and times for at least two different worker counts")
+        raise ValueError(f"fit_amdahl needs workers and times_s of the same length, for at least two different "
+                         f"worker counts; got workers={list(workers)}, times_s={list(times_s)}")
+    if 1 not in workers:
+        raise ValueError(f"workers must include 1: the one-worker time is what every speedup is relative to, "
+                         f"got {list(workers)}")
     import numpy as np
 
     # T(n) = a + b / n with a = T1 (1 - p) and b = T1 p: linear in (a, b).

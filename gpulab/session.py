@@ -13,6 +13,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from ._check import checked, flag
 from ._tf import QUIET_ENV
 from .system import device_kind
 
@@ -79,6 +80,10 @@ def setup(seed: int | None = 0, quiet: bool = True) -> Session:
     PyTorch's compiler (tensorflow/tensorflow#124205); without a CUDA GPU it is loaded in interpreter mode
     (``TRITON_INTERPRET=1`` unless set), the only way Triton kernels run on a CPU.
     """
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32):
+        raise (TypeError if not isinstance(seed, int) or isinstance(seed, bool) else ValueError)(
+            f"seed must be a whole number from 0 to 2**32 - 1, or None (no seeding), got {seed!r}")
+    flag("quiet", quiet)
     if quiet:
         for k, v in QUIET_ENV.items():
             os.environ.setdefault(k, v)
@@ -129,8 +134,20 @@ def setup(seed: int | None = 0, quiet: bool = True) -> Session:
 def by_device(cpu: T, cuda: T, mps: T | None = None) -> T:
     """Pick a value (a size, a batch, a step count) for the device lessons run on.
 
-    ``mps`` defaults to the CPU value: Apple GPUs are far smaller than data-centre GPUs.
+    ``mps`` defaults to the CPU value: Apple GPUs are far smaller than data-centre GPUs. The values must be of
+    one kind (numbers, or the same type), so a typo cannot give a notebook a text where a size belongs.
+
+    Example:
+        >>> by_device(cpu=1_000, cuda=60_000) in (1_000, 60_000)
+        True
     """
+    for name, value in (("cuda", cuda), ("mps", mps)):
+        if value is None:               # no value for that device (the lesson computes it there)
+            continue
+        numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (cpu, value))
+        if not numbers and type(value) is not type(cpu):
+            raise TypeError(f"{name}={value!r} is a {type(value).__name__} but cpu={cpu!r} is a {type(cpu).__name__}: "
+                            f"by_device picks one of values of the same kind")
     kind = device_kind()
     if kind == "cuda":
         return cuda

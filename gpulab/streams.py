@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Sequence
 
-from ._check import positive, whole
+from ._check import checked, device_arg, install_hint, positive, whole
 from ._format import fmt_bytes, fmt_flops, fmt_rate, fmt_seconds, html_table, text_table
 from ._spans import covered, merge_spans
 
@@ -313,8 +313,10 @@ def _cuda_device(device: Any) -> Any:
     try:
         import torch
     except ImportError as e:                  # pragma: no cover - the compat venv has torch
-        raise ImportError("measure_streams needs PyTorch: pip install 'gpulab[torch]'") from e
-    if not torch.cuda.is_available():
+        raise ImportError(f"measure_streams needs PyTorch: {install_hint('torch')}") from e
+    if torch.cuda.is_available():
+        device_arg("device", device)             # cuda:N past the GPU count
+    else:
         raise RuntimeError(f"measure_streams(device={device!r}) needs a CUDA GPU and this machine has none; "
                            f"{hint}, labelled as a model")
     return torch

@@ -19,6 +19,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Literal
 
+from ._check import cuda_hidden_by_env, install_hint
 from ._format import fmt_bytes, html_table, text_table
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -40,15 +41,6 @@ _CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_
 
 # ----------------------------------------------------------------------------------------------
 # device choice
-def cuda_hidden_by_env(env: dict[str, str] | None = None) -> bool:
-    """True when ``CUDA_VISIBLE_DEVICES`` is set to a value that hides every GPU ("", "-1", "none")."""
-    env = os.environ if env is None else env
-    if "CUDA_VISIBLE_DEVICES" not in env:
-        return False
-    v = env["CUDA_VISIBLE_DEVICES"].strip().lower()
-    return v in ("", "-1", "none", "nodevfiles") or v.startswith("-")
-
-
 def device_kind() -> DeviceKind:
     """The best available device kind, ``"cuda"`` > ``"mps"`` > ``"cpu"`` (``"cpu"`` without torch).
 
@@ -82,7 +74,7 @@ def device(prefer: str | None = None) -> "torch.device":
     try:
         import torch
     except ImportError as e:  # pragma: no cover - exercised in a no-torch venv
-        raise ImportError("gpulab.device() needs PyTorch: pip install 'gpulab[torch]'") from e
+        raise ImportError(f"gpulab.device() needs PyTorch: {install_hint('torch')}") from e
     if prefer is None:
         kind = device_kind()
         return torch.device("cuda", torch.cuda.current_device()) if kind == "cuda" else torch.device(kind)
@@ -398,10 +390,9 @@ def system_info(frameworks: Iterable[str] = ("torch", "tensorflow", "dali")) -> 
         >>> gl.system_info(frameworks=()).logical_cpus >= 1
         True
     """
-    frameworks = tuple(frameworks)
-    unknown = [f for f in frameworks if f not in _PROBES]
-    if unknown:
-        raise ValueError(f"unknown framework(s) {unknown}: choose from {sorted(_PROBES)}")
+    from ._check import texts
+
+    frameworks = texts("frameworks", frameworks, sorted(_PROBES))
     import psutil
 
     from .telemetry import nvml

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from ._check import table_rows
+from ._check import axes, checked, mapping, rows_arg, table_rows
 from ._format import TableView, NA, fmt_bytes, fmt_number, fmt_rate, fmt_seconds, html_table, text_table
 from .limits import ceiling_for
 from .reference import Published, published
@@ -57,7 +57,8 @@ class Comparison(TableView):
     ceiling_notes: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
-        labels = table_rows(self.measurements, Measurement, "gl.benchmark", self.baseline, self.published)
+        labels = table_rows(self.measurements, Measurement, "gl.benchmark", self.baseline, self.published,
+                            name="measurements", published_name="published_figures")
         for k, v in self.setup_s.items():
             if k not in labels:
                 raise ValueError(f"setup_s given for unknown label {k!r}; labels are {labels}")
@@ -177,6 +178,7 @@ class Comparison(TableView):
             raise ValueError(f"unknown metric {metric!r}: choose from {list(df.columns)}")
         import matplotlib.pyplot as plt
 
+        axes("ax", ax)
         if ax is None:
             _, ax = plt.subplots(figsize=(6, 0.5 + 0.45 * len(df)))
         values = df[metric].astype(float)
@@ -194,6 +196,14 @@ class Comparison(TableView):
         return ax
 
 
+def _figure(name: str, label: str, key: Any) -> Published:
+    try:
+        return published(key)
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"{name}[{label!r}]: {e.args[0] if e.args else e}") from None
+
+
+@checked(title="text")
 def compare(measurements: Sequence[Measurement], baseline: str | None = None, *, title: str = "Comparison",
             published_figures: Mapping[str, str | Published] | None = None, peak_flops: float | None = None,
             peak_bandwidth: float | None = None, setup_s: Mapping[str, float] | None = None) -> Comparison:
@@ -204,9 +214,10 @@ def compare(measurements: Sequence[Measurement], baseline: str | None = None, *,
     machine's measured limits (e.g. from :func:`gpulab.machine_limits`). ``setup_s`` maps a row label to a
     one-off cost in seconds (a compile, an export): the table adds it and the break-even call count.
     """
-    ms = tuple(measurements)
-    if not ms:
-        raise ValueError("compare needs at least one Measurement")
-    pubs = {k: (v if isinstance(v, Published) else published(v)) for k, v in (published_figures or {}).items()}
+    ms = rows_arg("measurements", measurements, Measurement, "gl.benchmark")
+    pubs = {k: (v if isinstance(v, Published) else _figure("published_figures", k, v))
+            for k, v in mapping("published_figures", published_figures or {}, example="{'bf16': 'amp-pytorch'}").items()}
+    if setup_s is not None:
+        mapping("setup_s", setup_s, example="{'compiled': 12.5}")
     return Comparison(ms, baseline if baseline is not None else getattr(ms[0], "label", ""), title,
                       peak_flops, peak_bandwidth, pubs, dict(setup_s or {}))

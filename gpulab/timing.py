@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
+from ._check import checked, device_arg, positive
 from ._format import fmt_bytes, fmt_flops, fmt_number, fmt_rate, fmt_seconds, html_table
 
 __all__ = ["Env", "environment", "Measurement", "NoisyMeasurementWarning", "benchmark", "synchronize",
@@ -58,10 +59,13 @@ def synchronize(device: Any = None) -> None:
     import torch
 
     if kind == "cuda":
+        if not torch.cuda.is_available():
+            device_arg("device", device)        # one clear error: CUDA is not here
         torch.cuda.synchronize(device)
     elif kind == "mps":
         torch.mps.synchronize()
     else:
+        device_arg("device", device)
         raise ValueError(f"cannot synchronise unknown device {device!r}: use 'cpu', 'cuda' or 'mps'")
 
 
@@ -109,6 +113,7 @@ def _threads() -> int:
         return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
+@checked(device="devspec")
 def environment(device: Any = "cpu") -> Env:
     """The :class:`Env` fingerprint for ``device`` now.
 
@@ -210,8 +215,7 @@ class Measurement:
 
     def fraction_of(self, peak_per_s: float, kind: str = "flops") -> float | None:
         """Achieved FLOP/s (``kind="flops"``) or bytes/s (``"bytes"``) as a fraction of ``peak_per_s``."""
-        if peak_per_s is None or peak_per_s <= 0:
-            raise ValueError(f"peak must be a positive rate, got {peak_per_s!r}")
+        positive("peak_per_s", peak_per_s, unit="FLOP/s or bytes/s")
         got = {"flops": self.flops_per_s, "bytes": self.bytes_per_s}.get(kind, "?")
         if got == "?":
             raise ValueError(f"kind must be 'flops' or 'bytes', not {kind!r}")
@@ -260,6 +264,7 @@ def _check_positive(name: str, value: Any, allow_zero: bool = False, integer: bo
         raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
 
 
+@checked(fn="fn", label="name?", device="device", description="text", warn_noisy="flag")
 def benchmark(fn: Callable[..., Any], *args: Any, label: str | None = None, warmup: int = 3,
               min_run_time: float = 1.0, items: float | None = None, flops: float | None = None,
               bytes_moved: float | None = None, device: Any = None, num_threads: int | None = None,
@@ -412,6 +417,7 @@ class Stopwatch:
         return f"<code>{self!r}</code>"
 
 
+@checked(label="name", device="device")
 @contextmanager
 def timer(label: str = "elapsed", device: Any = None) -> Iterator[Stopwatch]:
     """Wall time of a block, with the device synchronised at both ends.
@@ -436,6 +442,7 @@ def timer(label: str = "elapsed", device: Any = None) -> Iterator[Stopwatch]:
         sw.elapsed_s = time.perf_counter() - t0
 
 
+@checked(fn="fn", device="device")
 def repeat_for(seconds: float, fn: Callable[[], Any], device: Any = None) -> int:
     """Call ``fn()`` again and again for about ``seconds`` (synchronising ``device`` after each call, so
     queued GPU work counts) and return how many calls ran - a steady workload to watch with a Monitor.

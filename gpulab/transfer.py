@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
 from ._format import fmt_bytes, html_table, text_table
-from ._check import flag, positive, whole
+from ._check import callable_arg, checked, flag, positive, whole
 from .timing import Measurement, environment, synchronize
 
 __all__ = ["measure_transfer", "find_host_syncs", "SyncReport", "SyncPoint", "SYNC_KINDS"]
@@ -39,6 +39,7 @@ Direction = Literal["h2d", "d2h"]
 Until = Literal["complete", "returned"]
 
 
+@checked(device="device")
 def measure_transfer(nbytes: int, *, pinned: bool = False, non_blocking: bool = False, device: Any = None,
                      direction: Direction = "h2d", until: Until = "complete", min_run_time: float = 0.2,
                      warmup: int = 2, min_runs: int = 5, max_runs: int = 10_000,
@@ -347,6 +348,7 @@ def _user_frame() -> tuple[str, str]:
     return "?", ""
 
 
+@checked(label="name?")
 def find_host_syncs(fn: Callable[..., Any], *args: Any, label: str | None = None, **kwargs: Any) -> SyncReport:
     """Run ``fn(*args, **kwargs)`` once and list every call in it that makes the host wait for a GPU.
 
@@ -371,7 +373,7 @@ def find_host_syncs(fn: Callable[..., Any], *args: Any, label: str | None = None
         (3, ['control flow', 'print', 'value read'])
     """
     if not callable(fn):
-        raise TypeError(f"find_host_syncs needs a callable, got {type(fn).__name__}: pass the function and its "
+        raise TypeError(f"fn must be a callable, got {type(fn).__name__}: pass the function and its "
                         "arguments, e.g. find_host_syncs(step, batch), not find_host_syncs(step(batch))")
     from torch.overrides import TorchFunctionMode
 

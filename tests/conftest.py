@@ -65,3 +65,18 @@ def gpu_info(cpu_info):
                                   detail={"devices": ["NVIDIA A100-SXM4-40GB"], "nccl": True, "gloo": True}),
                     FrameworkInfo("tensorflow", True, "2.21.0", "12.5.1", "9", 1, detail={"package": "tensorflow"})),
     )
+
+
+@pytest.fixture
+def pretend_gpus(monkeypatch):
+    """Device arguments are checked against the GPUs this process sees (``gpulab._check.device_arg``): a test
+    that fakes CUDA's calls also pretends the GPUs are there. One GPU by default; ``pretend_gpus(2)`` for more."""
+    import torch
+
+    def install(n=1):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: n)
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+    install()
+    return install

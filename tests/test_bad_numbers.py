@@ -47,15 +47,15 @@ def test_memory_inputs_that_make_no_sense():
     pytest.importorskip("torch")
     import torch
 
-    with pytest.raises(TypeError, match="budget_bytes must be whole bytes"):
+    with pytest.raises(TypeError, match="budget_bytes must be a whole number of bytes"):
         with gl.memory_budget("1GiB"):
             pass
-    with pytest.raises(TypeError, match="budget_bytes must be whole bytes"):
+    with pytest.raises(TypeError, match="budget_bytes must be a whole number of bytes"):
         with gl.memory_budget(1.5 * gl.GiB):
             pass
     with pytest.raises(ValueError, match="max_trials"):
         gl.find_max_batch_size(lambda n: torch.ones(n).sum(), budget=gl.MiB, max_trials=0)
-    with pytest.raises(ValueError, match="budget must be whole bytes"):
+    with pytest.raises(TypeError, match="budget must be a whole number of bytes"):
         gl.find_max_batch_size(lambda n: torch.ones(n).sum(), budget=1.5 * gl.MiB)
     with pytest.raises(ValueError, match="context_bytes"):
         gl.estimate(lambda: torch.nn.Linear(4, 4), lambda n: torch.randn(n, 4), 8, context_bytes=-1)
@@ -72,3 +72,17 @@ def test_torchrun_command_refuses_a_text_of_arguments():
     with pytest.raises(TypeError, match=r"shlex.split\('--steps 5'\)"):
         gl.torchrun_command("train.py", "--steps 5", check_script=False)
     assert gl.torchrun_command("train.py", ["--steps", 5], check_script=False, python="python")[-2:] == ["--steps", "5"]
+
+
+def test_checks_leave_legitimate_values_alone():
+    """What the argument checks must still accept: a device value computed later (None), a dtype name the limits
+    never measured (a query, not an error), a GPU index as a device."""
+    assert gl.by_device(cpu=1024, cuda=None) in (1024, None)
+    assert gl.by_device(cpu=[1, 2], cuda=None, mps=[1]) in ([1, 2], None, [1])
+    with pytest.raises(TypeError, match="cuda='big' is a str but cpu=1 is a int"):
+        gl.by_device(cpu=1, cuda="big")
+    limits = gl.machine_limits(dtypes=["float32"], sizes=[64], copy_bytes=1 << 20, min_run_time=0.02)
+    assert limits.has("float32") and not limits.has("int64") and not limits.has("uint8")
+    from gpulab._check import device_arg
+
+    assert device_arg("device", "cpu") == "cpu" and device_arg("device", 0, here=False) == 0

@@ -148,7 +148,7 @@ def test_train_at_batch_size_rejects_bad_input(kwargs, error):
 
 
 # ---------------------------------------------------------------------------------------------- interleaved timing
-def test_interleaved_rounds_rotate_and_have_equal_runs(monkeypatch):
+def test_interleaved_rounds_rotate_and_have_equal_runs(monkeypatch, pretend_gpus):
     import gpulab.interleaved as interleaved
 
     calls, syncs = [], []

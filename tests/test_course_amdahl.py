@@ -32,7 +32,7 @@ def test_fractions_and_predictions():
     assert s.fit().parallel_fraction == pytest.approx(0.9)
 
 
-def test_gpu_path_is_synchronised_and_keeps_the_baseline_on_one_cpu_thread(monkeypatch):
+def test_gpu_path_is_synchronised_and_keeps_the_baseline_on_one_cpu_thread(monkeypatch, pretend_gpus):
     calls = []
     times = {"matmul, 1 thread": 0.09, "python probe": 0.002, "serial part": 0.01, "step, 1 thread": 0.1,
              "matmul on cuda": 0.0009, "step on cuda": 0.011}

@@ -103,7 +103,7 @@ def test_bad_input_is_refused_before_measuring(kwargs, error, match):
     assert calls == []
 
 
-def test_default_ceilings_are_never_exceeded_by_the_sweep(monkeypatch):
+def test_default_ceilings_are_never_exceeded_by_the_sweep(monkeypatch, pretend_gpus):
     from gpulab.course import bandwidth
 
     # CPU: a cached small copy beats the copy from memory -> the fastest copy becomes the ceiling

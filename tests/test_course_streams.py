@@ -136,7 +136,7 @@ def test_overlapped_copies_the_next_batch_on_the_side_stream_before_computing_th
     assert len(waited) == 3 and all(recorded[e] == "side" for e in waited)
 
 
-def test_timing_reads_the_events_only_after_synchronising(monkeypatch):
+def test_timing_reads_the_events_only_after_synchronising(monkeypatch, pretend_gpus):
     cuda = FakeCuda()
     cuda.install(monkeypatch)
     host = [HostBatch(cuda, k) for k in range(4)]

@@ -43,7 +43,7 @@ def test_tf32_supported_only_on_ampere_and_newer(monkeypatch):
     assert course.tf32_supported("cpu") is False
 
 
-def test_fp32_step_ceiling_uses_the_tf32_peak_where_convolutions_ran_in_tf32(monkeypatch):
+def test_fp32_step_ceiling_uses_the_tf32_peak_where_convolutions_ran_in_tf32(monkeypatch, pretend_gpus):
     measured = {"float32": 18e12, "bfloat16": 250e12}
     assert course.fp32_step_ceiling(measured, device="cpu") == 18e12
     _fake_gpu(monkeypatch, (7, 5))

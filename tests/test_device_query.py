@@ -225,4 +225,4 @@ def test_without_torch_published_figures_and_the_install_hint(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "torch", None)      # import torch now raises ImportError
     r = dq.device_query()
-    assert r.local is None and len(r) == 3 and "pip install 'gpulab[torch]'" in r.note
+    assert r.local is None and len(r) == 3 and "pip install torch torchvision (the 'gpulab[torch]' extra)" in r.note

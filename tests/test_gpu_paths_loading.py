@@ -49,7 +49,7 @@ class _GpuLoader:
             yield _CudaTensor(self.n), _CudaTensor(self.n)
 
 
-def test_data_clock_waits_for_cuda_batches(monkeypatch):
+def test_data_clock_waits_for_cuda_batches(monkeypatch, pretend_gpus):
     log = []
     gpu_work_s = 0.02            # DALI's decoding/augmentation still running on the GPU when next() returns
 
@@ -67,7 +67,7 @@ def test_data_clock_waits_for_cuda_batches(monkeypatch):
     assert run.compute_s < 4 * gpu_work_s * 0.5              # ... not the step's
 
 
-def test_each_cuda_device_of_a_batch_is_waited_for_once(monkeypatch):
+def test_each_cuda_device_of_a_batch_is_waited_for_once(monkeypatch, pretend_gpus):
     synced = []
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synced.append(str(device)))
     # DALIGenericIterator's own output: one {name: tensor} dict per pipeline

@@ -63,7 +63,7 @@ def test_oom_in_backward_is_recoverable_without_leak():
 
 
 def test_budget_validation():
-    with pytest.raises(ValueError, match="positive number of bytes"):
+    with pytest.raises(ValueError, match="budget_bytes must be a whole number of bytes >= 1"):
         with gl.memory_budget(-1):
             pass
 
@@ -127,7 +127,7 @@ def test_find_max_batch_size_grows_bisects_and_leaks_nothing():
     assert "Largest batch" in repr(search)
 
 
-def test_find_max_batch_size_on_cuda_path_with_a_fake_allocator(monkeypatch):
+def test_find_max_batch_size_on_cuda_path_with_a_fake_allocator(monkeypatch, pretend_gpus):
     """The CUDA branch: real OOM exceptions from the step, the allocator's peak, cache emptied after each OOM."""
     state = {"allocated": 0, "peak": 0, "emptied": 0}
     # 1200 MiB card: the context, a resident model and another process leave 1000 MiB free at the start

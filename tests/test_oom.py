@@ -227,7 +227,7 @@ def test_try_fixes_and_errors():
         gl.memory.try_fixes({"bug": lambda: 1 / 0}, budget=MiB)
 
 
-def test_smaller_card_caps_the_cuda_allocator_with_a_fake(monkeypatch):
+def test_smaller_card_caps_the_cuda_allocator_with_a_fake(monkeypatch, pretend_gpus):
     calls = []
     c = torch.cuda
     monkeypatch.setattr(c, "get_device_properties", lambda d: types.SimpleNamespace(total_memory=16 * GiB))

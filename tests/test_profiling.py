@@ -176,8 +176,8 @@ def test_bad_input():
         s.top(by="self_device")                         # no device profiled: says so instead of an empty table
     with pytest.raises(KeyError):
         s.share("nope")
-    with pytest.raises(ValueError):
-        gpulab.profiling.nsight_commands('train.py"; rm -rf /')
+    with pytest.raises(ValueError, match="script"):
+        gpulab.profiling.nsight_commands("train.py\nrm -rf /")
     with pytest.raises(ValueError):
         gpulab.profiling.nsight_commands(kernels=0)
 
@@ -287,11 +287,22 @@ def test_nsight_commands():
     c = gpulab.profiling.nsight_commands("train.py", output="run1", nvtx_range="forward", kernels=5)
     assert c.nsys.startswith("nsys profile --trace=cuda,nvtx")
     assert "--capture-range=cudaProfilerApi" in c.nsys and "--output=run1" in c.nsys and c.nsys.endswith("train.py")
-    assert '--nvtx-include "forward/"' in c.ncu and "--launch-count 5" in c.ncu
+    assert "--nvtx-include forward/" in c.ncu and "--launch-count 5" in c.ncu
     assert c.nsys_stats == "nsys stats run1.nsys-rep"
     assert "--capture-range" not in gpulab.profiling.nsight_commands(capture_range=False).nsys
     assert "nsys" in repr(c) and "<table" in c._repr_html_()
 
+
+def test_nsight_commands_are_shell_quoted():
+    """A path with spaces, quotes or shell characters stays one argument: the text splits back exactly."""
+    import shlex
+
+    script = 'my runs/train "v2".py; rm -rf ~ $(reboot)'
+    c = gpulab.profiling.nsight_commands(script, output="run 1", nvtx_range="fwd pass")
+    nsys, ncu = shlex.split(c.nsys), shlex.split(c.ncu)
+    assert nsys[-2:] == ["python", script] and "--output=run 1" in nsys
+    assert ncu[-2:] == ["python", script] and ncu[ncu.index("--nvtx-include") + 1] == "fwd pass/"
+    assert shlex.split(c.nsys_stats) == ["nsys", "stats", "run 1.nsys-rep"]
 
 # ---- TensorFlow profiler against a fake tensorflow module ----------------------------------------
 def test_tf_profile_with_fake_tensorflow(monkeypatch, tmp_path):

@@ -44,8 +44,11 @@ def test_notebook_follows_the_template(path):
 def test_badge_and_install_line_derive_from_pyproject():
     url = course.repo_url()
     assert url.startswith("https://github.com/")
-    assert course.install_line().endswith(f'@{course.release_tag()}"')  # a release, never a branch
-    assert course.colab_url("x.ipynb").endswith(f"/blob/{course.release_tag()}/notebooks/x.ipynb")
+    ref = course.ref()   # the main branch until a release is tagged, then this version's tag, never another's
+    assert ref in ("main", course.release_tag()) and course.ref_problems() == []
+    assert course.install_line().endswith(f'@{ref}"')
+    assert course.colab_url("x.ipynb").endswith(f"/blob/{ref}/notebooks/x.ipynb")
+    assert course.readme_problems() == []   # the README's badges and Colab install line too
     import gpulab
     assert course.version() == gpulab.__version__
 

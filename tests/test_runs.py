@@ -90,7 +90,7 @@ def test_step_memory_on_cuda_uses_the_allocator(monkeypatch):
         synchronize=lambda d=None: state["calls"].append("sync"),
         reset_peak_memory_stats=lambda d=None: state.update(peak=state["allocated"]),
         memory_allocated=lambda d=None: state["allocated"],
-        max_memory_allocated=lambda d=None: state["peak"])
+        max_memory_allocated=lambda d=None: state["peak"], is_available=lambda: True, device_count=lambda: 1)
     monkeypatch.setattr(torch, "cuda", fake)
     dev = types.SimpleNamespace(type="cuda", index=0)
     with runs_mod._step_memory(dev) as box:

@@ -104,8 +104,13 @@ def get_device_name(device=None):
     return "Fake GPU"
 
 
+def device_count():
+    return 1
+
+
 FAKES = {"Stream": FakeStream, "Event": FakeEvent, "stream": stream, "current_stream": current_stream,
-         "synchronize": synchronize, "is_available": is_available, "get_device_name": get_device_name}
+         "synchronize": synchronize, "is_available": is_available, "get_device_name": get_device_name,
+         "device_count": device_count}
 
 
 def _names(fn):
@@ -120,7 +125,7 @@ def test_the_fake_has_the_real_signatures():
                                (real.Event, FakeEvent, ("record", "synchronize", "elapsed_time"))):
         for m in methods:
             assert _names(getattr(fake, m)) == _names(getattr(cls, m)), f"{cls.__name__}.{m}"
-    for name in ("stream", "current_stream", "synchronize", "is_available", "get_device_name"):
+    for name in ("stream", "current_stream", "synchronize", "is_available", "get_device_name", "device_count"):
         assert _names(FAKES[name]) == _names(getattr(real, name)), name
     assert hasattr(torch.Tensor, "record_stream") and hasattr(torch.Tensor, "pin_memory")
 

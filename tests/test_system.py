@@ -75,7 +75,7 @@ def test_system_info_on_this_machine():
 
 
 def test_system_info_rejects_unknown_framework():
-    with pytest.raises(ValueError, match="unknown framework"):
+    with pytest.raises(ValueError, match=r"frameworks: unknown \['jax'\]"):
         gl.system_info(frameworks=("jax",))
 
 
@@ -191,7 +191,7 @@ def test_cli_doctor_json_and_exit_code():
     assert data["healthy"] is True and data["system"]["capabilities"]["device"] == "cpu"
     bad = subprocess.run([sys.executable, "-m", "gpulab", "doctor", "--frameworks", "jax"],
                          capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 2 and "unknown framework" in bad.stderr
+    assert bad.returncode == 2 and "frameworks: unknown ['jax']" in bad.stderr
 
 
 # ---- GPU-only diagnoses on fabricated facts ---------------------------------------------------------------

@@ -121,9 +121,17 @@ def test_perf_counter_fallback_without_torch(monkeypatch):
     assert m.backend == "perf_counter" and m.median_s == pytest.approx(0.001, rel=0.3)
 
 
+def _pretend_one_gpu(monkeypatch):
+    """Device arguments are checked against the GPUs present: these tests pretend one is."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+
 def test_cuda_work_is_synchronised(monkeypatch):
     """On CUDA every timed block must end with a device sync (checked against a fake)."""
     calls = []
+    _pretend_one_gpu(monkeypatch)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append(device))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Fake GPU")
     m = gl.benchmark(spin, 0.001, device="cuda:0", min_run_time=0.05, warmup=1, warn_noisy=False)
@@ -139,6 +147,7 @@ def test_timer_context_manager(monkeypatch):
     assert t.elapsed_s == pytest.approx(0.01, rel=0.5)
     assert "work:" in repr(t)
     calls = []
+    _pretend_one_gpu(monkeypatch)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append(device))
     with gl.timer("gpu", device="cuda"):
         pass
@@ -146,7 +155,7 @@ def test_timer_context_manager(monkeypatch):
 
 
 def test_synchronize_rejects_unknown_device():
-    with pytest.raises(ValueError, match="unknown device"):
+    with pytest.raises(ValueError, match="not a device gpulab can use"):
         gl.timing.synchronize("tpu")
 
 

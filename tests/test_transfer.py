@@ -46,7 +46,7 @@ def test_max_runs_bounds_the_loop():
     (dict(nbytes=64, min_run_time=0), ValueError, "min_run_time"),
     (dict(nbytes=64, warmup=-1), ValueError, "warmup"),
     (dict(nbytes=64, min_runs=5, max_runs=2), ValueError, "max_runs"),
-    (dict(nbytes=64, device="meta"), ValueError, "unsupported device 'meta'"),
+    (dict(nbytes=64, device="meta"), ValueError, "device='meta' is not a device gpulab can use"),
 ])
 def test_measure_transfer_rejects_bad_input(kwargs, error, match):
     kwargs = {"device": "cpu", **kwargs}
@@ -92,7 +92,7 @@ class _Recorder:
 
 
 @pytest.mark.parametrize("pinned", [False, True])
-def test_cuda_h2d_complete_syncs_before_the_clock_stops(monkeypatch, pinned):
+def test_cuda_h2d_complete_syncs_before_the_clock_stops(monkeypatch, pinned, pretend_gpus):
     rec = _Recorder(monkeypatch)
     m = gl.transfer.measure_transfer(1 << 20, device="cuda", pinned=pinned, non_blocking=True, warmup=1, min_runs=2,
                             max_runs=2, min_run_time=0.001)
@@ -105,7 +105,7 @@ def test_cuda_h2d_complete_syncs_before_the_clock_stops(monkeypatch, pinned):
     assert m.runs == 2 and m.bytes_moved == 1 << 20
 
 
-def test_cuda_returned_stops_the_clock_before_syncing(monkeypatch):
+def test_cuda_returned_stops_the_clock_before_syncing(monkeypatch, pretend_gpus):
     rec = _Recorder(monkeypatch)
     m = gl.transfer.measure_transfer(4096, device="cuda:0", pinned=True, non_blocking=True, until="returned", warmup=0,
                             min_runs=1, max_runs=1, min_run_time=0.001)
@@ -113,7 +113,7 @@ def test_cuda_returned_stops_the_clock_before_syncing(monkeypatch):
     assert m.label == "H2D 4 KiB pinned non_blocking (host wait)" and "host thread is blocked" in m.description
 
 
-def test_cuda_d2h_copies_from_the_device_buffer(monkeypatch):
+def test_cuda_d2h_copies_from_the_device_buffer(monkeypatch, pretend_gpus):
     rec = _Recorder(monkeypatch)
     m = gl.transfer.measure_transfer(4096, device="cuda", direction="d2h", warmup=0, min_runs=1, max_runs=1)
     assert ("copy", False) in rec.events and m.label == "D2H 4 KiB pageable"
@@ -122,6 +122,7 @@ def test_cuda_d2h_copies_from_the_device_buffer(monkeypatch):
 
 def test_pinned_request_on_mps_is_reported_not_faked(monkeypatch):
     rec = _Recorder(monkeypatch)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
     m = gl.transfer.measure_transfer(4096, device="mps", pinned=True, warmup=0, min_runs=1, max_runs=1)
     assert rec.allocs[0]["pin_memory"] is False                    # page-locking is a CUDA service
     assert m.label == "H2D 4 KiB pageable (pinned n/a: needs CUDA)"
@@ -206,7 +207,7 @@ def test_report_counts_waits_and_renders():
 
 
 def test_find_host_syncs_needs_a_callable():
-    with pytest.raises(TypeError, match="needs a callable"):
+    with pytest.raises(TypeError, match="fn must be a callable"):
         gl.transfer.find_host_syncs(torch.ones(1).item())
 
 

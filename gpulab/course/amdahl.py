@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from .._check import checked
 from .._format import html_table, text_table
 from ..roofline import AmdahlFit, amdahl_speedup
 from ..timing import benchmark
@@ -120,6 +121,7 @@ class SerialParallelStep:
                           caption=f"Serial + parallel step, n = {self.n}", footer=self._summary())
 
 
+@checked(device="device")
 def serial_parallel_step(n: int, device: Any = "cpu", serial_share: float = 0.1, min_run_time: float = 0.3,
                          warmup: int = 1) -> SerialParallelStep:
     """Measure Amdahl's law on ``device``: a step whose serial Python part takes about ``serial_share`` of the

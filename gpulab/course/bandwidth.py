@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from .._check import positive, whole
+from .._check import checked, positive, whole
 from .._format import TableView, fmt_bytes, fmt_number
 from ..reference import published
 
@@ -151,6 +151,7 @@ def _kind(device: Any) -> str:
     return t if isinstance(t, str) else str(device).split(":")[0]
 
 
+@checked(device="devspec")
 def default_ceilings(measure: Callable[..., Any], device: Any, *, ceiling_bytes: int = 256 * MiB,
                      min_run_time: float = 0.3) -> dict[str, float]:
     """The ceilings a copy to ``device`` is read against, in bytes per second: on a CUDA device the published
@@ -182,6 +183,7 @@ def _fit_ceilings(ceilings: dict[str, float], fastest: float, kind: str) -> dict
     return {"fastest copy measured": fastest}
 
 
+@checked(device="device")
 def transfer_sweep(measure: Callable[..., Any], sizes_bytes: Sequence[int], *, device: Any = None,
                    pinned: Sequence[bool] | None = None, ceilings: Mapping[str, float] | None = None,
                    min_run_time: float = 0.15, title: str | None = None) -> TransferSweep:

@@ -26,7 +26,7 @@ from functools import partial
 from typing import Any, Callable, Literal, Sequence
 
 from .._format import fmt_bytes, fmt_number, fmt_seconds, html_table, text_table
-from .._check import positive, whole
+from .._check import checked, positive, whole
 from ..limits import ceiling_for
 from ..timing import Measurement
 
@@ -216,6 +216,7 @@ class BatchSweep:
         return ax
 
 
+@checked(device="device")
 def batch_sweep(step: Callable[[int], Any], batch_sizes: Sequence[int], *, flops_per_item: float | None = None,
                 peak_flops: float | None = None, memory: bool = True, device: Any = None, min_run_time: float = 2.0,
                 warmup: int = 2, threshold: float = 0.9) -> BatchSweep:

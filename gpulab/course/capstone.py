@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from .._check import whole
+from .._check import checked, whole
 from .._format import fmt_bytes, fmt_number, fmt_seconds, html_table, text_table
 from .digits import Digits, PerSampleDigits, to_features
 
@@ -340,6 +340,7 @@ class _Trainer:
         return loss
 
 
+@checked(device="device")
 def recipe_stepper(recipe: Recipe, data: Digits, *, device: Any = None, seed: int = 0) -> Any:
     """One training step of ``recipe`` per call (its data path included, epoch after epoch), returning the batch
     size: what :func:`gpulab.benchmark_interleaved` times to compare two recipes under the same conditions.
@@ -368,6 +369,7 @@ def recipe_stepper(recipe: Recipe, data: Digits, *, device: Any = None, seed: in
     return step
 
 
+@checked(device="device")
 def train_recipe(recipe: Recipe, data: Digits, *, epochs: int = 3, device: Any = None, seed: int = 0,
                  run: Any = None, disk_root: str | Path | None = None) -> RecipeRun:
     """Train the seed's MLP on ``data`` for ``epochs`` epochs the way ``recipe`` says; return a

@@ -31,7 +31,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal, Mapping
 
-from .._check import whole
+from .._check import checked, whole
 from .._format import fmt_bytes, fmt_number, fmt_seconds, html_table, text_table
 from .ablation import Ablation, Change, ablate
 from .digits import Digits, to_features
@@ -293,6 +293,7 @@ def train_keras_recipe(recipe: KerasRecipe, data: Digits, *, epochs: int = 3, se
     return result
 
 
+@checked(device="devspec")
 def keras_changes(*, device: Any = None, batch_size: int = 256, n_train: int | None = None,
                   lr_rule: Literal["linear", "sqrt"] = "sqrt") -> list[Change]:
     """The changes lesson 12 tries on the Keras seed, in order, for ``device`` ("cpu" or "cuda"; default: the

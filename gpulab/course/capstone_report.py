@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from .._check import positive, whole
+from .._check import checked, positive, whole
 from .._format import fmt_number, fmt_rate
 from .ablation import Ablation, AblationStep
 from .capstone import Recipe, RecipeRun, seed_model, train_recipe
@@ -36,6 +36,7 @@ __all__ = ["check_tracked", "recipe_ceiling", "RecipeChallenge", "recipe_challen
            "runs_dir"]
 
 
+@checked(device="device")
 def recipe_ceiling(recipe: Recipe, *, device: Any = None, min_run_time: float = 0.3) -> Any:
     """The matmuls of one training step of ``recipe`` (its batch size and precision), recorded and timed alone
     with :func:`gpulab.limits.step_matmul_ceiling`: what this machine can do for this model's matmuls.
@@ -107,6 +108,7 @@ class RecipeChallenge:
         return f'<div style="color:{colour}">{_esc(repr(self))}</div>'
 
 
+@checked(device="device")
 def recipe_challenge(name: str, recipe: Recipe | None, data: Digits, *, baseline: RecipeRun | AblationStep,
                      speedup: float = 5.0, accuracy_tolerance: float = 0.01, epochs: int | None = None,
                      device: Any = None) -> RecipeChallenge | NotAnswered:

@@ -14,6 +14,7 @@ import os
 from dataclasses import replace
 from typing import Any, Mapping
 
+from .._check import checked
 from .ablation import Ablation, Change, ablate
 from .capstone import Recipe, seed_model, train_recipe
 from .digits import Digits, to_features
@@ -21,6 +22,7 @@ from .digits import Digits, to_features
 __all__ = ["torch_changes", "torch_ablation", "largest_batch", "interleaved_gain"]
 
 
+@checked(device="device")
 def largest_batch(recipe: Recipe, data: Digits, *, device: Any = None, budget: int | None = None,
                   limit: int | None = None) -> Any:
     """:func:`gpulab.find_max_batch_size` for ``recipe``'s training step (data on the device): the sizes that
@@ -61,6 +63,7 @@ def largest_batch(recipe: Recipe, data: Digits, *, device: Any = None, budget: i
                                budget=None if cuda else (budget or 16 * GiB), device=str(dev), min_run_time=0.15)
 
 
+@checked(device="device")
 def interleaved_gain(current: Recipe, candidate: Recipe, data: Digits, *, device: Any = None,
                      min_run_time: float = 0.6) -> tuple[float, float]:
     """Samples/s of ``candidate`` over ``current``, their training steps timed in turn by
@@ -87,6 +90,7 @@ def interleaved_gain(current: Recipe, candidate: Recipe, data: Digits, *, device
     return gain, 100.0 * max(ms["current"].relative_iqr, ms["candidate"].relative_iqr)
 
 
+@checked(device="device")
 def torch_changes(data: Digits, *, device: Any = None, batch_size: int = 256, compile_on_cpu: bool = False,
                   budget: int | None = None) -> list[Change]:
     """The changes lesson 12 tries, in order, for ``device`` (default: the lessons' device)."""
@@ -172,6 +176,7 @@ def _ceiling(dev: Any) -> Any:
     return ceiling
 
 
+@checked(device="device")
 def torch_ablation(data: Digits, *, epochs: int = 3, device: Any = None, batch_size: int = 256,
                    compile_on_cpu: bool = False, track: Mapping[str, Any] | None = None,
                    accuracy_tolerance: float = 0.01, budget: int | None = None,

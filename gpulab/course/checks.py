@@ -23,6 +23,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .._check import checked
+
 __all__ = ["check", "Check", "NotAnswered", "challenge", "Challenge", "solutions", "SOLUTIONS_ENV"]
 
 SOLUTIONS_ENV = "GPULAB_SOLUTIONS"   # "1": reference solutions run (tests and CI); unset for learners
@@ -146,6 +148,7 @@ class Challenge:
         return f'<div style="color:{colour}">{_esc(repr(self))}</div>'
 
 
+@checked(device="device")
 def challenge(name: str, baseline: Callable[[], Any], yours: Callable[[], Any] | None, *, speedup: float = 2.0,
               same: Callable[[Any, Any], bool] | None = None, min_run_time: float = 1.0,
               device: Any = None) -> Challenge | NotAnswered:

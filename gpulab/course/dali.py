@@ -5,7 +5,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterator, Literal
 
-from .._check import flag, whole
+from .._check import checked, flag, whole
 from .images import ImageSet
 from .pipelines import AREA, ASPECT, _check_set, _crop, _norm
 
@@ -43,6 +43,7 @@ class DaliPlan:
         return "DALI on the CPU only (device_id=None): decoder 'cpu' (libjpeg-turbo), augmentation on CPU threads"
 
 
+@checked(device="devspec")
 def dali_plan(device: Any = None) -> DaliPlan:
     """The :class:`DaliPlan` for ``device`` ("cuda", "cuda:1", "cpu"; default: the course device).
 
@@ -67,7 +68,9 @@ def _dali_graph(fn: Any, types: Any, plan: DaliPlan, images: ImageSet, crop: int
                 seed: int) -> tuple[Any, Any]:
     """The pipeline's operators, written against the ``fn`` and ``types`` modules passed in (tests pass
     recording fakes with the same shape to check the GPU graph on a machine without a GPU)."""
-    jpegs, labels = fn.readers.file(file_root=str(images.root), random_shuffle=shuffle, seed=seed, name="Reader")
+    # the listed files (relative to file_root) with their labels: no folder scan, so stray files are never read
+    jpegs, labels = fn.readers.file(file_root=str(images.root), files=list(images.files), labels=list(images.labels),
+                                    random_shuffle=shuffle, seed=seed, name="Reader")
     decoded = fn.decoders.image(jpegs, device=plan.decoder,
                                 output_type=types.RGB if images.channels == 3 else types.GRAY)
     mean, std = _norm(images.channels)
@@ -150,14 +153,17 @@ def dali_tf_available() -> bool:
     return dali_available() and importlib.util.find_spec("nvidia.dali_tf_plugin") is not None
 
 
+@checked(device="devspec")
 def dali_loader(images: ImageSet, batch_size: int = 64, *, crop: int | None = None, augment: bool = True,
                 device: Any = None, num_threads: int | None = None, shuffle: bool = True, seed: int = 0,
                 prefetch_queue_depth: int = 2) -> DaliLoader:
     """A DALI pipeline over ``images.root`` feeding PyTorch (see :class:`DaliLoader` and :func:`dali_plan`).
 
     ``num_threads`` CPU threads decode and augment (default: all cores of this process);
-    ``prefetch_queue_depth`` batches are prepared ahead. Labels come from ``fn.readers.file``, which numbers
-    the sorted class folders exactly as ImageFolder does.
+    ``prefetch_queue_depth`` batches are prepared ahead. ``fn.readers.file`` reads exactly the files the set
+    lists, with their labels (``files=``, ``labels=``), in the order :func:`~gpulab.course.torch_loader` uses;
+    a listed file that is missing or changed raises :class:`~gpulab.course.CorruptDataError` here, not a
+    "Critical error in pipeline" later.
 
     Example:
         >>> import tempfile, gpulab as gl
@@ -175,10 +181,12 @@ def dali_loader(images: ImageSet, batch_size: int = 64, *, crop: int | None = No
     whole("prefetch_queue_depth", prefetch_queue_depth)
     if not dali_available():
         raise ImportError("NVIDIA DALI is not installed: pip install nvidia-dali-cuda120 (Linux x86_64/aarch64)")
+    images.verify()
     return DaliLoader(images, batch_size, crop, augment, dali_plan(device), _threads(num_threads), shuffle, seed,
                       prefetch_queue_depth)
 
 
+@checked(device="devspec")
 def dali_tf_dataset(images: ImageSet, batch_size: int = 64, *, crop: int | None = None, augment: bool = True,
                     device: Any = None, num_threads: int | None = None, shuffle: bool = True, seed: int = 0) -> Any:
     """The DALI pipeline of :func:`dali_loader` as a ``tf.data.Dataset`` (``DALIDataset``) of NCHW float32
@@ -203,6 +211,7 @@ def dali_tf_dataset(images: ImageSet, batch_size: int = 64, *, crop: int | None 
     tf = import_tensorflow()
     import nvidia.dali.plugin.tf as dali_tf
 
+    images.verify()
     plan = dali_plan(device)
     pipe = _dali_pipeline(images, batch_size, crop, augment, plan, _threads(num_threads), shuffle, seed, 2, build=False)
     return _dali_dataset(dali_tf, tf, pipe, plan, batch_size, images.channels, crop)
@@ -231,6 +240,7 @@ def dali_tolerance(plan: DaliPlan) -> float:
     return GPU_ATOL if plan.on_gpu else CPU_ATOL
 
 
+@checked(device="devspec")
 def check_dali(reference: tuple[Any, Any], images: ImageSet, *, device: Any = None, batch_size: int | None = None,
                crop: int | None = None, names: tuple[str, str] | None = None) -> Any:
     """Check DALI's pipeline for ``device`` (``"cpu"``: libjpeg-turbo on CPU threads; ``"cuda"``: nvJPEG and

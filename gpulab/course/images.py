@@ -89,6 +89,9 @@ class ImageSet:
     names in label order (sorted, as ImageFolder, ``image_dataset_from_directory`` and DALI's file reader
     assign them). ``source`` says where the pixels come from ("synthetic", "cifar10", "mnist");
     ``note`` explains a fallback. ``generated`` is True when this call wrote the files (``build_s`` seconds).
+    ``file_bytes``: each file's size when written (from the manifest; empty for a set made by hand), which
+    :meth:`verify` compares with the disk. Every loader of :mod:`gpulab.course` reads exactly ``files``, with
+    ``labels``: anything else in the folder (a stray ``notes.txt``, a ``.ipynb_checkpoints`` folder) is ignored.
     """
 
     root: Path
@@ -103,10 +106,44 @@ class ImageSet:
     generated: bool = False
     build_s: float = 0.0
     note: str = ""
+    file_bytes: tuple[int, ...] = ()
 
     @property
     def n(self) -> int:
         return len(self.files)
+
+    def verify(self, *, checksums: bool = False) -> ImageSet:
+        """Check that every listed file is on disk with the size it was written with - one ``stat`` per file,
+        cheap enough for every loader to run when it is built - or, with ``checksums=True``, also read every
+        file and compare its CRC-32 with the manifest (what reusing a set does). Raises
+        :class:`CorruptDataError` naming the first bad file and how to rebuild the set; returns the set.
+
+        Example:
+            >>> import tempfile
+            >>> s = synthetic_images(tempfile.mkdtemp() + "/s", n=4, classes=2, size=16)
+            >>> s.verify(checksums=True) is s
+            True
+        """
+        flag("checksums", checksums)
+        maker = "synthetic_images" if self.source == "synthetic" else "real_images"
+        hint = f"Delete the folder {self.root} (or pass rebuild=True to course.{maker}) to write it again."
+        if checksums:
+            manifest = _read_manifest(self.root)
+            if manifest is None:
+                raise CorruptDataError(f"{self.root / _MANIFEST} is missing: the image set cannot be checked. {hint}")
+            _verify(self.root, manifest, hint)
+            return self
+        sizes = self.file_bytes if len(self.file_bytes) == len(self.files) else (None,) * len(self.files)
+        for rel, nbytes in zip(self.files, sizes):
+            path = self.root / rel
+            try:
+                size = path.stat().st_size
+            except (FileNotFoundError, NotADirectoryError):
+                raise CorruptDataError(f"{path} is missing from the image set at {self.root}. {hint}") from None
+            if nbytes is not None and size != nbytes:
+                raise CorruptDataError(f"{path} is truncated or changed: {size} bytes on disk, {nbytes} written. "
+                                       f"{hint}")
+        return self
 
     def paths(self) -> list[Path]:
         """Absolute paths of the images, in manifest order (class by class)."""
@@ -276,7 +313,7 @@ def _image_set(root: Path, manifest: dict[str, Any], generated: bool, build_s: f
     return ImageSet(root=root, source=manifest["source"], classes=tuple(manifest["classes"]),
                     files=tuple(f[0] for f in files), labels=tuple(int(f[1]) for f in files), size=int(p["size"]),
                     channels=int(p["channels"]), seed=int(p.get("seed", 0)), total_bytes=sum(f[2] for f in files),
-                    generated=generated, build_s=build_s, note=note)
+                    generated=generated, build_s=build_s, note=note, file_bytes=tuple(int(f[2]) for f in files))
 
 
 def _materialize(root: Path, source: str, params: dict[str, Any], classes: list[str],

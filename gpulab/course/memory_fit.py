@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .._check import checked
 from .checks import NotAnswered, _esc
 
 __all__ = ["fit_challenge", "FitChallenge"]
@@ -53,6 +54,7 @@ class FitChallenge:
         return f'<div style="color:{colour}">{_esc(repr(self))}</div>'
 
 
+@checked(device="device")
 def fit_challenge(name: str, yours: Callable[[], Any] | None, *, budget_bytes: int, reference: float,
                   rtol: float = 0.02, device: Any = None) -> FitChallenge | NotAnswered:
     """Run ``yours()`` (no arguments; it builds what it needs and returns the loss, a number or a one-element

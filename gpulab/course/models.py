@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from .._check import checked
+
 __all__ = ["mlp", "small_cnn", "resnet_small", "tiny_transformer", "example_batch", "MODELS"]
 
 
@@ -108,6 +110,7 @@ MODELS: dict[str, tuple[Callable[..., Any], str]] = {
 }
 
 
+@checked(device="device")
 def example_batch(model: str, batch_size: int, device: Any = "cpu", seed: int = 0, classes: int = 10) -> tuple[Any, Any]:
     """A seeded synthetic ``(inputs, targets)`` batch shaped for one of :data:`MODELS`.
 

@@ -6,7 +6,12 @@ horizontal flip, or (evaluation, ``augment=False``) a resize to ``crop`` -> floa
 normalised with :data:`gpulab.data.MEAN` / :data:`~gpulab.data.STD`. PyTorch and DALI give ``(N, C, H, W)``
 float32 images and int64 labels; TensorFlow gives ``(N, H, W, C)`` unless ``layout="NCHW"``.
 
-- :func:`torch_loader`: torchvision ``ImageFolder`` + ``DataLoader`` (workers, pinning, prefetching).
+Each reads exactly the files the set's manifest lists (``ImageSet.files``), with its labels: a stray file in the
+folder (an empty ``x.jpg``, a ``notes.txt``, a ``.ipynb_checkpoints`` folder) is never read, and a listed file that
+is missing or has another size raises :class:`~gpulab.course.CorruptDataError` when the loader is built.
+
+- :func:`torch_loader`: :class:`ImageFiles` (ImageFolder's decoding over the listed files) + ``DataLoader``
+  (workers, pinning, prefetching).
 - :func:`cached_loader`: decode once (offline preprocessing), then batched augmentation on tensors, on the
   device the batches go to.
 - :func:`tf_dataset`: ``tf.data`` with ``map(num_parallel_calls=AUTOTUNE)``, ``prefetch``, ``cache``, ``interleave``.
@@ -28,11 +33,11 @@ from __future__ import annotations
 import math
 from typing import Any, Iterator, Literal
 
-from .._check import flag, whole
+from .._check import checked, flag, whole
 from .augment import augment_batch
-from .images import MEAN, STD, ImageSet
+from .images import MEAN, STD, CorruptDataError, ImageSet
 
-__all__ = ['torch_loader', 'CachedLoader', 'cached_loader', 'tf_dataset', 'AREA', 'ASPECT']
+__all__ = ['ImageFiles', 'torch_loader', 'CachedLoader', 'cached_loader', 'tf_dataset', 'AREA', 'ASPECT']
 
 AREA = (0.25, 1.0)            # random resized crop: share of the image's area kept
 ASPECT = (3 / 4, 4 / 3)       # ... and the crop's aspect ratio (torchvision's default)
@@ -55,7 +60,52 @@ def _norm(channels: int) -> tuple[list[float], list[float]]:
 
 
 # ----------------------------------------------------------------------------------------------
-# PyTorch: torchvision ImageFolder + DataLoader
+# PyTorch: the listed files + DataLoader
+class ImageFiles:
+    """A map-style dataset (what ``DataLoader`` takes) over exactly the files an :class:`ImageSet` lists:
+    item ``i`` is ``(transform(image), label)``, decoded as torchvision's ``ImageFolder`` decodes (its
+    ``default_loader``: PIL, converted to RGB), in manifest order. Unlike ``ImageFolder`` it never scans the
+    folder, so a stray file there is not read. ``classes``, ``class_to_idx``, ``samples`` and ``targets`` are
+    ImageFolder's attributes. A file that cannot be decoded raises :class:`CorruptDataError` naming it.
+
+    Example:
+        >>> import tempfile
+        >>> from gpulab import course
+        >>> s = course.synthetic_images(tempfile.mkdtemp() + "/s", n=4, classes=2, size=16)
+        >>> files = ImageFiles(s)
+        >>> len(files), files.targets, files[0][0].size
+        (4, [0, 0, 1, 1], (16, 16))
+    """
+
+    def __init__(self, images: ImageSet, transform: Any = None) -> None:
+        _check_set(images)
+        if transform is not None and not callable(transform):
+            raise TypeError(f"transform must be a callable taking a PIL image (or None), got {transform!r}")
+        self.root, self.transform = images.root, transform
+        self.classes = list(images.classes)
+        self.class_to_idx = {c: i for i, c in enumerate(images.classes)}
+        self.samples = [(str(p), y) for p, y in zip(images.paths(), images.labels)]
+        self.targets = list(images.labels)
+        maker = "synthetic_images" if images.source == "synthetic" else "real_images"
+        self._hint = f"Delete the folder {images.root} (or pass rebuild=True to course.{maker}) to write it again."
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> tuple[Any, int]:
+        from torchvision.datasets.folder import default_loader
+
+        path, label = self.samples[index]
+        try:
+            image = default_loader(path)
+        except OSError as e:   # missing, truncated, not an image (PIL's UnidentifiedImageError is an OSError)
+            raise CorruptDataError(f"{path} cannot be read as an image ({e}). {self._hint}") from e
+        return (self.transform(image) if self.transform is not None else image), label
+
+    def __repr__(self) -> str:
+        return f"ImageFiles({len(self)} listed images in {len(self.classes)} classes under {self.root})"
+
+
 def _torch_transform(images: ImageSet, crop: int, augment: bool) -> Any:
     from torchvision import transforms as T
 
@@ -72,7 +122,8 @@ def torch_loader(images: ImageSet, batch_size: int = 64, *, crop: int | None = N
                  num_workers: int = 0, pin_memory: bool = False, persistent_workers: bool = False,
                  prefetch_factor: int | None = None, shuffle: bool = True, drop_last: bool = False,
                  seed: int = 0) -> Any:
-    """A ``torch.utils.data.DataLoader`` over ``torchvision.datasets.ImageFolder(images.root)``.
+    """A ``torch.utils.data.DataLoader`` over :class:`ImageFiles` - the files ``images`` lists, with their labels
+    (``ImageFolder``'s decoding and order; stray files in the folder are never read).
 
     Decoding (PIL) and augmentation run per image in the loading process(es): with ``num_workers=0`` in the
     training process itself, between steps; with ``num_workers=k`` in k worker processes that fill a queue of
@@ -89,7 +140,6 @@ def torch_loader(images: ImageSet, batch_size: int = 64, *, crop: int | None = N
         2
     """
     import torch
-    from torchvision.datasets import ImageFolder
 
     _check_set(images)
     whole("batch_size", batch_size)
@@ -102,10 +152,7 @@ def torch_loader(images: ImageSet, batch_size: int = 64, *, crop: int | None = N
         raise ValueError("persistent_workers and prefetch_factor need worker processes: pass num_workers >= 1")
     if prefetch_factor is not None:
         whole("prefetch_factor", prefetch_factor)
-    dataset = ImageFolder(str(images.root), transform=_torch_transform(images, crop, augment))
-    expected = {c: i for i, c in enumerate(images.classes)}
-    if dataset.class_to_idx != expected:  # pragma: no cover - both sort folder names
-        raise RuntimeError(f"ImageFolder's label mapping {dataset.class_to_idx} differs from the set's {expected}")
+    dataset = ImageFiles(images.verify(), transform=_torch_transform(images, crop, augment))
     extra: dict[str, Any] = {}
     if num_workers:
         extra.update(persistent_workers=persistent_workers, prefetch_factor=prefetch_factor)
@@ -171,6 +218,7 @@ class CachedLoader:
                 f"augment={self.augment})")
 
 
+@checked(device="device")
 def cached_loader(images: ImageSet, batch_size: int = 64, *, crop: int | None = None, augment: bool = True,
                   device: Any = None, shuffle: bool = True, drop_last: bool = False, seed: int = 0) -> CachedLoader:
     """Decode every image once (offline preprocessing) into a uint8 tensor on ``device`` (default: the
@@ -256,7 +304,7 @@ def tf_dataset(images: ImageSet, batch_size: int = 64, *, crop: int | None = Non
     channels = images.channels
     mean, std = _norm(channels)
     mean_t, std_t = tf.constant(mean, tf.float32), tf.constant(std, tf.float32)
-    paths = tf.constant([str(p) for p in images.paths()])
+    paths = tf.constant([str(p) for p in images.verify().paths()])   # the listed files only
     labels = tf.constant(images.labels, tf.int64)
 
     def decode(path: Any, label: Any) -> Any:

@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from .._check import checked
 from .._format import html_table, text_table
 
 __all__ = ['float_formats', 'UnderflowReport', 'gradient_underflow', 'keras_cnn', 'keras_step_times', 'matmul_sweep', 'FP16_SMALLEST_SUBNORMAL', 'FP16_SMALLEST_NORMAL', 'FP16_MAX']
@@ -301,6 +302,7 @@ def keras_step_times(policies: tuple[str, ...] = ("float32", "mixed_bfloat16"), 
 
 
 # ----------------------------------------------------------------------------------------------
+@checked(device="device")
 def matmul_sweep(sizes: Sequence[int], dtypes: Sequence[str] = ("float32",), device: Any = None, *,
                  rounds: int = 5, min_run_time: float = 0.03) -> Any:
     """Best throughput of ``n x n`` matmuls for each size and dtype, in GFLOP/s, as a DataFrame (one row

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from .._format import TableView, NA, fmt_bytes, fmt_number, fmt_rate, html_table, text_table
-from .._check import per_label, table_rows
+from .._check import checked, per_label, table_rows
 from ..limits import ceiling_for
 from ..reference import Published, published as _published
 from .training import TrainConfig, TrainResult
@@ -35,6 +35,7 @@ from .training import TrainConfig, TrainResult
 __all__ = ["pattern_batch", "train_interleaved", "RunComparison", "compare_runs"]
 
 
+@checked(device="device")
 def pattern_batch(batch_size: int, seed: int = 0, *, classes: int = 10, channels: int = 3, size: int = 32,
                   signal: float = 0.15, device: Any = "cpu") -> tuple[Any, Any]:
     """A seeded batch ``(images, labels)`` of a learnable synthetic task: each class is one fixed, smooth

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from .._check import checked
 from ..streams import _EventClock
 
 __all__ = ["OverlapTiming", "copy_compute_overlap", "StaleRead", "stale_read"]
@@ -95,6 +96,7 @@ def _overlapped(host: Sequence[Any], compute: Callable[[Any], Any], device: Any,
     return outs
 
 
+@checked(device="device")
 def copy_compute_overlap(host_batches: Sequence[Any], compute: Callable[[Any], Any], *, device: Any = "cuda",
                          same: Callable[[Any, Any], bool] | None = None) -> OverlapTiming:
     """Time the same batches serially and with copy/compute overlap on a CUDA ``device``.
@@ -145,6 +147,7 @@ def _copy_async(dst: Any, src: Any) -> None:
     dst.copy_(src, non_blocking=True)
 
 
+@checked(device="device")
 def stale_read(*, device: Any = "cuda", n: int = 1 << 22, busy_matmuls: int = 20, size: int = 2048,
                pin: bool = True) -> StaleRead:
     """Queue ``busy_matmuls`` matmuls, then a non-blocking copy of ``n`` known values (0, 1, 2, ...) into a

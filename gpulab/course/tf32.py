@@ -27,6 +27,8 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Iterator, Mapping
 
+from .._check import checked
+
 __all__ = ["tf32", "tf32_supported", "tf32_flags", "fp32_step_ceiling"]
 
 
@@ -79,6 +81,7 @@ def tf32(enabled: bool, *, convolutions: bool | None = None) -> Iterator[dict[st
         torch.backends.cudnn.allow_tf32 = saved_cudnn
 
 
+@checked(device="devspec")
 def tf32_supported(device: Any = None) -> bool:
     """True when ``device`` (default: the current CUDA device, if any) is an NVIDIA GPU of compute
     capability 8.0 or newer (Ampere, Ada, Hopper, ...): the ones with TF32 tensor cores.
@@ -97,6 +100,7 @@ def tf32_supported(device: Any = None) -> bool:
     return tuple(torch.cuda.get_device_capability(dev)) >= (8, 0)
 
 
+@checked(device="device")
 def fp32_step_ceiling(measured_peaks: Mapping[str, float], *, device: Any = None, gpu: str | None = None,
                       convolutions_tf32: bool | None = None) -> float:
     """The FLOP/s ceiling an fp32 training step should be compared with.

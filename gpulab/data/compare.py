@@ -5,7 +5,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from .._check import per_label, table_rows
+from .._check import checked, mapping, per_label, rows_arg, table_rows, text
 from .._format import NA, TableView, fmt_number, html_table
 from ..limits import ceiling_for
 from ..reference import Published
@@ -30,7 +30,7 @@ class LoaderComparison(TableView):
     published: Mapping[str, Published] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        labels = table_rows(self.runs, LoaderRun, "gl.measure_loader", self.baseline, self.published)
+        labels = table_rows(self.runs, LoaderRun, "gl.measure_loader", self.baseline, self.published, name="runs")
         object.__setattr__(self, "limits", per_label("limit_items_per_s", dict(self.limits) or None, labels))
 
     def run(self, label: str) -> LoaderRun:
@@ -109,6 +109,10 @@ class LoaderComparison(TableView):
             notes.append("compute-only limit = the same step on batches already in memory: " + ", ".join(
                 f"{fmt_number(v)} images/s ({'; '.join(labels)})" for v, labels in sorted(by_limit.items())))
         notes += list(self.limit_notes)
+        cut = [f"{r.label} (by {r.stopped_by})" for r in self.runs if r.stopped_by is not None]
+        if cut:
+            notes.append(f"stopped by a limit before the epochs asked for were done: {', '.join(cut)}; figures cover "
+                         "the batches run")
         busy = [r.label for r in self.runs if r.others_cpu_pct is not None and r.others_cpu_pct > 10]
         if busy:
             notes.append(f"other programs used >10% of the CPU during: {', '.join(busy)} (slower, noisier)")
@@ -136,6 +140,14 @@ class LoaderComparison(TableView):
         return ax
 
 
+def _figure(label: str, key: Any) -> Published:
+    try:
+        return _published(key)
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"published[{label!r}]: {e.args[0] if e.args else e}") from None
+
+
+@checked(title="text")
 def compare_loaders(runs: Sequence[LoaderRun], baseline: str | None = None, *, title: str = "Input pipelines",
                     limit_items_per_s: float | Mapping[str, float] | None = None,
                     published: Mapping[str, str | Published] | None = None) -> LoaderComparison:
@@ -150,10 +162,9 @@ def compare_loaders(runs: Sequence[LoaderRun], baseline: str | None = None, *, t
         >>> compare_loaders([a]).speedup("a")
         1.0
     """
-    rs = tuple(runs)
-    if not rs:
-        raise ValueError("compare_loaders needs at least one LoaderRun")
-    pubs = {k: (v if isinstance(v, Published) else _published(v)) for k, v in (published or {}).items()}
+    rs = rows_arg("runs", runs, LoaderRun, "gl.measure_loader")
+    pubs = {k: (v if isinstance(v, Published) else _figure(k, v))
+            for k, v in mapping("published", published or {}, example="{'DALI': 'dali-streampetr-2gpu'}").items()}
     labels = [getattr(r, "label", "") for r in rs]
     return LoaderComparison(rs, baseline if baseline is not None else labels[0], title,
                             per_label("limit_items_per_s", limit_items_per_s, labels), pubs)
@@ -231,6 +242,12 @@ def check_batches(a: tuple[Any, Any], b: tuple[Any, Any], names: tuple[str, str]
 
     if isinstance(atol, bool) or not isinstance(atol, (int, float)) or not math.isfinite(atol) or atol < 0:
         raise ValueError(f"atol must be a finite mean pixel difference >= 0 (e.g. 0.02), got {atol!r}")
+    for name, pair in (("a", a), ("b", b)):
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise TypeError(f"{name} must be one batch as an (images, labels) pair, got {type(pair).__name__} "
+                            f"{pair!r:.60}")
+    if not isinstance(names, (tuple, list)) or len(names) != 2 or not all(isinstance(n, str) for n in names):
+        raise TypeError(f"names must be two texts naming the loaders, e.g. ('torchvision', 'DALI'), got {names!r}")
     xa, ya = _numpy(a[0]), _numpy(a[1]).reshape(-1)
     xb, yb = _numpy(b[0]), _numpy(b[1]).reshape(-1)
     same_shape = xa.shape == xb.shape

@@ -2,16 +2,27 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Literal, Sequence
 
-from .._check import flag, whole
+from .._check import checked, flag, whole
 from .._format import fmt_number, fmt_seconds, html_table
+from .batches import (_block, _check_limits, _count, _endless, _machine_busy_s, _one_shot, _to_device, _tree_cpu_s,
+                      _wait_for_batch)
 
 __all__ = ['LoaderRun', 'measure_loader', 'measure_loaders']
+
+# Default limits of one measure_loader call: far above what a lesson or a test runs, low enough that an endless
+# loader (a tf.data dataset with .repeat(), itertools.repeat(batch), a generator with `while True`) returns in a
+# few minutes at most, with a bounded record (three floats per batch).
+MAX_BATCHES = 100_000
+MAX_S = 300.0
+_LIMITS = ("max_batches", "max_s")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -30,6 +41,11 @@ class LoaderRun:
     counted in ``data_wait_s``. ``cores``: logical CPUs of the machine; ``others_cpu_pct``: share of the
     machine's CPU that other
     programs used meanwhile (a busy machine makes every figure slower and noisier).
+
+    ``epochs``: the epochs that delivered batches (a last epoch cut short by a limit counts).
+    ``stopped_by``: ``"max_batches"`` or ``"max_s"`` when that limit of :func:`measure_loader` ended the run
+    before the epochs asked for were done (every figure covers the batches that did run), ``None`` when every
+    epoch asked for ran to its end.
     """
 
     label: str
@@ -47,12 +63,16 @@ class LoaderRun:
     epoch_overhead_s: float = 0.0
     others_cpu_pct: float | None = None
     description: str = ""
+    stopped_by: Literal["max_batches", "max_s"] | None = None
     data_wait_s: float = field(init=False)
     compute_s: float = field(init=False)
 
     def __post_init__(self) -> None:
         if self.batches < 1 or not len(self.waits_s) == len(self.computes_s) == len(self.starts_s) == self.batches:
             raise ValueError("a LoaderRun needs at least one timed batch, with one wait and one compute time each")
+        if self.stopped_by not in (None, *_LIMITS):
+            raise ValueError(f"stopped_by must be None, 'max_batches' or 'max_s', got {self.stopped_by!r}")
+        whole("epochs", self.epochs)
         object.__setattr__(self, "data_wait_s", float(sum(self.waits_s)) + self.epoch_overhead_s)
         object.__setattr__(self, "compute_s", float(sum(self.computes_s)))
 
@@ -71,11 +91,17 @@ class LoaderRun:
         (capped at 100: CPU time is counted in clock ticks, which can push a short run slightly over)."""
         return min(100.0, 100.0 * self.cpu_s / (self.wall_s * self.cores)) if self.wall_s > 0 else 0.0
 
+    @property
+    def truncated(self) -> bool:
+        """True when a limit (``stopped_by``) ended the run before the epochs asked for were done."""
+        return self.stopped_by is not None
+
     def to_dict(self) -> dict[str, Any]:
         return {"label": self.label, "items_per_s": self.items_per_s, "data_wait_share": self.data_wait_share,
                 "cpu_util_pct": self.cpu_util_pct, "wall_s": self.wall_s, "data_wait_s": self.data_wait_s,
                 "compute_s": self.compute_s, "first_batch_s": self.first_batch_s, "items": self.items,
-                "batches": self.batches, "epochs": self.epochs, "others_cpu_pct": self.others_cpu_pct}
+                "batches": self.batches, "epochs": self.epochs, "others_cpu_pct": self.others_cpu_pct,
+                "stopped_by": self.stopped_by}
 
     def plot(self, trace: Any = None, ax: Any = None) -> Any:
         """A timeline of the run: per batch, the step computing (blue) or waiting for data (orange); with
@@ -124,6 +150,9 @@ class LoaderRun:
                 ("compute", fmt_seconds(self.compute_s)),
                 ("CPU", f"{self.cpu_util_pct:.0f}% of {self.cores} cores (this process and its workers)"),
                 ("first batch", f"{fmt_seconds(self.first_batch_s)} (start-up, not counted above)")]
+        if self.stopped_by is not None:
+            rows.append(("stopped", f"by {self.stopped_by} before the epochs asked for were done (figures cover "
+                                    "the batches run)"))
         if self.others_cpu_pct is not None and self.others_cpu_pct > 10:
             rows.append(("busy", f"other programs used {self.others_cpu_pct:.0f}% of the CPU meanwhile"))
         return rows
@@ -135,112 +164,28 @@ class LoaderRun:
         return html_table(("", ""), self._rows(), caption=f"Loader run: {self.label}")
 
 
-def _tree_cpu_s() -> float | None:
-    """CPU seconds of this process, its finished (reaped) children and its live children."""
-    try:
-        import psutil
-    except ImportError:  # pragma: no cover - psutil is a core dependency
-        return None
-    me = psutil.Process()
-    t = me.cpu_times()
-    total = t.user + t.system + t.children_user + t.children_system
-    for child in me.children(recursive=True):
-        try:
-            c = child.cpu_times()
-            total += c.user + c.system
-        except psutil.Error:   # exited between listing and reading: counted once reaped
-            pass
-    return total
-
-
-def _machine_busy_s() -> float | None:
-    try:
-        import psutil
-    except ImportError:  # pragma: no cover
-        return None
-    t = psutil.cpu_times()
-    return sum(getattr(t, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq", "steal"))
-
-
-def _count(batch: Any) -> int:
-    if isinstance(batch, list) and batch and all(isinstance(b, Mapping) for b in batch):
-        # DALIGenericIterator's own output: one {output name: tensor} dict per pipeline (GPU)
-        return sum(_count(next(iter(b.values()))) for b in batch if b)
-    if isinstance(batch, Mapping):
-        batch = next(iter(batch.values()))
-    first = batch[0] if isinstance(batch, (tuple, list)) else batch
-    shape = getattr(first, "shape", None)
-    if shape is not None and len(shape):
-        return int(shape[0])
-    return len(first)
-
-
-def _cuda_devices(batch: Any) -> list[Any]:
-    """The CUDA devices holding tensors of ``batch`` (a tensor, or tuples / lists / dicts of them, as
-    DataLoader, :class:`~gpulab.pipelines.DaliLoader` and ``DALIGenericIterator`` yield), in order of
-    appearance. Plain attribute reads: no torch import, nearly free for CPU batches."""
-    found: list[Any] = []
-    todo = [batch]
-    while todo:
-        x = todo.pop()
-        if isinstance(x, (tuple, list)):
-            todo.extend(reversed(x))
-        elif isinstance(x, Mapping):
-            todo.extend(reversed(list(x.values())))
-        elif getattr(x, "is_cuda", False) is True:
-            dev = x.device
-            if all(str(dev) != str(d) for d in found):
-                found.append(dev)
-    return found
-
-
-def _wait_for_batch(batch: Any) -> None:
-    """Block until a batch on a CUDA device is really there. A DALI GPU pipeline (and any loader that
-    copies with ``non_blocking=True``) hands out tensors whose data is still being produced: DALI copies its
-    outputs into the torch tensors on torch's current stream, ordered after its own GPU work, and returns
-    at once (``nvidia.dali.plugin.pytorch``: ``feed_ndarray(..., cuda_stream=torch.cuda.current_stream())``;
-    ``copy_to_external`` orders the copy after the buffer's producer). Without this wait the data clock
-    stops early and DALI's decoding and augmentation are charged to the training step. The whole device is
-    synchronised, through :func:`gpulab.timing.synchronize` (the one place that knows how): the batches
-    DALI has already scheduled ahead count as data work too, not as the step's. CPU batches cost nothing."""
-    devices = _cuda_devices(batch)
-    if devices:
-        from ..timing import synchronize
-
-        for dev in devices:
-            synchronize(dev)
-
-
-def _to_device(batch: Any, device: Any, non_blocking: bool) -> Any:
-    if device is None:
-        return batch
-    if isinstance(batch, (tuple, list)):
-        return type(batch)(_to_device(b, device, non_blocking) for b in batch)
-    to = getattr(batch, "to", None)
-    return to(device, non_blocking=non_blocking) if callable(to) else batch
-
-
-def _block(out: Any, device: Any) -> None:
-    """Wait until the step's work is done: synchronise a torch device; read back a TensorFlow result."""
-    if device is not None:
-        from ..timing import synchronize
-
-        synchronize(device)
-    numpy = getattr(out, "numpy", None)
-    if callable(numpy) and type(out).__module__.startswith("tensorflow"):
-        numpy()
-
-
+@checked(device="device")
 def measure_loader(loader: Iterable[Any], step: Callable[[Any], Any] | None = None, *, label: str = "loader",
-                   epochs: int = 1, warmup_batches: int = 1, device: Any = None, non_blocking: bool = False,
+                   epochs: int = 1, warmup_batches: int = 1, max_batches: int | None = MAX_BATCHES,
+                   max_s: float | None = MAX_S, device: Any = None, non_blocking: bool = False,
                    monitor: Any = None, description: str = "") -> LoaderRun:
     """Iterate ``epochs`` full epochs of ``loader``, calling ``step(batch)`` on each batch, and time every
     ``next()`` (data wait) and every step (compute) separately.
 
     Args:
         step: the training step (``None``: measure the loader alone, every second is data wait).
+        epochs: passes over ``loader``; more than one needs a loader that starts again when iterated again
+            (a ``DataLoader``, a list, a ``tf.data.Dataset``): a generator or iterator is refused, and an
+            epoch after the first that delivers no batch raises ``ValueError``.
         warmup_batches: batches at the start of the first epoch left out of the figures (worker start-up,
             pipeline build, first-call costs); their time is ``first_batch_s``.
+        max_batches, max_s: stop after this many timed batches, or at the first batch ending ``max_s`` seconds
+            into the timed part (defaults :data:`MAX_BATCHES` = 100,000, :data:`MAX_S` = 300 s: far above a
+            lesson's runs), so an endless loader (``tf.data`` with ``.repeat()``, ``itertools.repeat(batch)``)
+            returns; the run says so (``stopped_by``) and its figures cover the batches that ran. One more batch
+            is drawn, untimed, to tell a cut from an epoch that had just ended. ``None`` turns a limit off: with
+            both off an endless loader never returns (one known to be endless is refused); no limit can
+            interrupt a single ``next()`` that blocks forever.
         device: move each batch there before the step (``tensor.to(device, non_blocking=...)``) and
             synchronise it after the step, so compute includes the copy and the queued GPU work.
             A loader that already delivers CUDA tensors (DALI on a GPU) is waited for before its data
@@ -249,16 +194,40 @@ def measure_loader(loader: Iterable[Any], step: Callable[[Any], Any] | None = No
             phase, which ``trace.diagnose()`` reads.
 
     Example:
+        >>> import itertools
+        >>> batch = ([0.0] * 8, [0] * 8)
+        >>> run = measure_loader(itertools.repeat(batch), label="endless", max_batches=20)
+        >>> run.batches, run.items, run.stopped_by
+        (20, 160, 'max_batches')
         >>> run = measure_loader(range(5), label="range", warmup_batches=0)   # ints count as one item
         Traceback (most recent call last):
         ...
         TypeError: batches must be tensors, arrays or sequences with a length; got int
     """
+    if not (hasattr(loader, "__iter__") or hasattr(loader, "__getitem__")) or isinstance(loader, (str, bytes)):
+        raise TypeError(f"loader must be an iterable of batches (a DataLoader, a list, a tf.data.Dataset), "
+                        f"got {type(loader).__name__} {loader!r:.60}")
+    if not isinstance(label, str):
+        raise TypeError(f"label must be a text naming the run, got {label!r}")
     whole("epochs", epochs)
     whole("warmup_batches", warmup_batches, low=0)
+    max_batches, max_s = _check_limits(max_batches, max_s)
     flag("non_blocking", non_blocking)
     if step is not None and not callable(step):
         raise TypeError(f"step must be a callable taking one batch, got {type(step).__name__}")
+    if monitor is not None and not callable(getattr(monitor, "phase", None)):
+        raise TypeError(f"monitor must be a running gl.Monitor (with gl.Monitor() as mon: ... monitor=mon) or None, "
+                        f"got {type(monitor).__name__} {monitor!r:.40}")
+    if not isinstance(description, str):
+        raise TypeError(f"description must be a text, got {description!r:.60}")
+    endless = _endless(loader)
+    if max_batches is None and max_s is None and endless:
+        raise ValueError(f"{label}: max_batches=None and max_s=None set no limit, but the loader never ends "
+                         f"({endless}): pass max_batches (e.g. 1000) or max_s (e.g. 60.0)")
+    if epochs > 1 and _one_shot(loader):
+        raise ValueError(f"{label}: epochs={epochs} needs a loader that can be iterated again, but this one is a "
+                         f"one-shot {type(loader).__name__} (a generator or iterator: its second pass is empty). "
+                         "Pass a loader that restarts, such as a DataLoader, a list or a tf.data.Dataset, or epochs=1")
     phase = getattr(monitor, "phase", None) if monitor is not None else None
     waits: list[float] = []
     computes: list[float] = []
@@ -267,17 +236,21 @@ def measure_loader(loader: Iterable[Any], step: Callable[[Any], Any] | None = No
     first_batch_s = 0.0
     overhead = 0.0
     seen = 0
+    delivered = 0           # epochs that delivered at least one batch
+    stopped_by: Literal["max_batches", "max_s"] | None = None
+    it: Any = None
     cpu0 = busy0 = t_start = None
     started_at = time.time()
     t_begin = time.perf_counter()
     if warmup_batches == 0:
         cpu0, busy0, t_start = _tree_cpu_s(), _machine_busy_s(), t_begin
-    for _ in range(epochs):
+    for epoch in range(epochs):
         t0 = time.perf_counter()
         with phase("data") if phase is not None and seen >= warmup_batches else contextlib.nullcontext():
             it = iter(loader)
         if t_start is not None and seen >= warmup_batches:
             overhead += time.perf_counter() - t0
+        got = 0
         while True:
             t0 = time.perf_counter()
             try:
@@ -289,6 +262,7 @@ def measure_loader(loader: Iterable[Any], step: Callable[[Any], Any] | None = No
                     overhead += time.perf_counter() - t0
                 break
             t1 = time.perf_counter()
+            got += 1
             try:
                 n = _count(batch)
             except TypeError:
@@ -314,22 +288,42 @@ def measure_loader(loader: Iterable[Any], step: Callable[[Any], Any] | None = No
             waits.append(t1 - t0)
             computes.append(t2 - t1)
             items += n
+            if max_batches is not None and len(waits) >= max_batches:
+                stopped_by = "max_batches"
+            elif max_s is not None and t2 - t_start >= max_s:
+                stopped_by = "max_s"
+            if stopped_by is not None:
+                break
+        if got:
+            delivered += 1
+        elif epoch > 0:
+            raise ValueError(f"{label}: epoch {epoch + 1} of {epochs} delivered no batch, though the first "
+                             f"delivered some: this {type(loader).__name__} cannot be iterated again (it is used "
+                             "up after one pass). Pass a loader that restarts, such as a DataLoader or a list, "
+                             "or epochs=1")
+        if stopped_by is not None:
+            break
     if not waits:
         raise ValueError(f"{label}: no batch left to time after {warmup_batches} warm-up batch(es): "
                          "use more data, more epochs or warmup_batches=0")
     wall = time.perf_counter() - t_start
     cpu1, busy1 = _tree_cpu_s(), _machine_busy_s()
-    import os
-
+    if stopped_by is not None and epoch == epochs - 1:   # the limit fell in the last epoch: had it just ended?
+        try:
+            next(it)
+        except StopIteration:
+            stopped_by = None
+    if stopped_by is not None and it is not loader and inspect.isgenerator(it):
+        it.close()   # a loader's own generator left mid-epoch: run its cleanup now, not at garbage collection
     cores = os.cpu_count() or 1
     cpu_s = (cpu1 - cpu0) if cpu0 is not None and cpu1 is not None else 0.0
     others = None
     if busy0 is not None and busy1 is not None and wall > 0:
         others = max(0.0, min(100.0, 100.0 * ((busy1 - busy0) - cpu_s) / (wall * cores)))
-    return LoaderRun(label=label, items=items, batches=len(waits), epochs=epochs, waits_s=tuple(waits),
+    return LoaderRun(label=label, items=items, batches=len(waits), epochs=delivered, waits_s=tuple(waits),
                      computes_s=tuple(computes), starts_s=tuple(starts), started_at=started_at, wall_s=wall,
                      first_batch_s=first_batch_s, cpu_s=max(0.0, cpu_s), cores=cores, epoch_overhead_s=overhead,
-                     others_cpu_pct=others, description=description)
+                     others_cpu_pct=others, description=description, stopped_by=stopped_by)
 
 
 def _merge(runs: Sequence[LoaderRun]) -> LoaderRun:
@@ -349,11 +343,13 @@ def _merge(runs: Sequence[LoaderRun]) -> LoaderRun:
                      cpu_s=sum(r.cpu_s for r in runs), cores=first.cores,
                      epoch_overhead_s=sum(r.epoch_overhead_s for r in runs),
                      others_cpu_pct=None if None in others else sum(o * r.wall_s for o, r in zip(others, runs)) / wall,
-                     description=first.description)
+                     description=first.description, stopped_by=next((r.stopped_by for r in runs if r.stopped_by), None))
 
 
+@checked(device="device")
 def measure_loaders(loaders: Mapping[str, Iterable[Any]], step: Callable[[Any], Any] | None = None, *,
-                    rounds: int = 2, epochs: int = 1, warmup_batches: int = 1, device: Any = None,
+                    rounds: int = 2, epochs: int = 1, warmup_batches: int = 1, max_batches: int | None = MAX_BATCHES,
+                    max_s: float | None = MAX_S, device: Any = None,
                     non_blocking: bool | Mapping[str, bool] = False) -> list[LoaderRun]:
     """Measure several loaders fairly on a busy machine: ``rounds`` rounds, each running ``epochs`` epochs
     of every loader in turn (the order rotates every round), so background load slows them all alike.
@@ -361,7 +357,9 @@ def measure_loaders(loaders: Mapping[str, Iterable[Any]], step: Callable[[Any], 
     Only the first round leaves out ``warmup_batches`` (cold start: importing, building, first workers);
     later rounds count everything, including starting workers again for every new epoch - which is what
     ``persistent_workers=True`` saves. Returns one :class:`LoaderRun` per loader (its rounds merged), in
-    the order given.
+    the order given. ``max_batches`` / ``max_s`` limit every single run (one loader, one round), as in
+    :func:`measure_loader`; every loader is iterated ``rounds x epochs`` times, so generators and iterators
+    are refused unless that is 1.
 
     Example:
         >>> runs = measure_loaders({"a": [([0] * 4, [0] * 4)] * 3, "b": [([0] * 8, [0] * 8)] * 3}, rounds=2)
@@ -371,13 +369,29 @@ def measure_loaders(loaders: Mapping[str, Iterable[Any]], step: Callable[[Any], 
     if not isinstance(loaders, Mapping) or not loaders:
         raise TypeError("loaders must be a non-empty mapping label -> loader, e.g. {'0 workers': loader}")
     whole("rounds", rounds)
+    whole("epochs", epochs)
+    _check_limits(max_batches, max_s)
+    passes = rounds * epochs
+    for label, loader in loaders.items():
+        if not (hasattr(loader, "__iter__") or hasattr(loader, "__getitem__")) or isinstance(loader, (str, bytes)):
+            raise TypeError(f"loaders[{label!r}] must be an iterable of batches (a DataLoader, a list, a "
+                            f"tf.data.Dataset), got {type(loader).__name__} {loader!r:.60}")
+        if passes > 1 and _one_shot(loader):
+            raise ValueError(f"loader {label!r} is a one-shot {type(loader).__name__} (a generator or iterator: "
+                             f"its second pass is empty), but rounds={rounds} x epochs={epochs} iterate it {passes} "
+                             "times. Pass a loader that restarts, such as a DataLoader or a list, or rounds=1 and "
+                             "epochs=1")
     labels = list(loaders)
+    if isinstance(non_blocking, Mapping):
+        unknown = [k for k in non_blocking if k not in labels]
+        if unknown:
+            raise ValueError(f"non_blocking given for unknown loader(s) {unknown}; loaders are {labels}")
     blocking = {k: (non_blocking.get(k, False) if isinstance(non_blocking, Mapping) else non_blocking) for k in labels}
     done: dict[str, list[LoaderRun]] = {k: [] for k in labels}
     for i in range(rounds):
         order = labels[i % len(labels):] + labels[:i % len(labels)]
         for label in order:
             done[label].append(measure_loader(loaders[label], step, label=label, epochs=epochs,
-                                              warmup_batches=warmup_batches if i == 0 else 0, device=device,
-                                              non_blocking=blocking[label]))
+                                              warmup_batches=warmup_batches if i == 0 else 0, max_batches=max_batches,
+                                              max_s=max_s, device=device, non_blocking=blocking[label]))
     return [_merge(done[k]) for k in labels]

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from . import _lifeline
 from .results import RankFailure
 
 __all__ = []
@@ -34,15 +35,21 @@ class _Agents:
         self.sel = selectors.DefaultSelector()
         self.partial: dict[int, bytes] = {}
         self.prefix = len(commands) > 1    # several agents: tag their own lines with the node they stand for
-        for i, (cmd, env) in enumerate(zip(commands, envs)):
-            # A session of its own: a timeout can signal the whole group. torchrun starts each rank in a session of
-            # its own too, so ranks are also tracked one by one (self.track) and killed by pid.
-            p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                 env=env, start_new_session=True)
-            self.procs.append(p)
-            os.set_blocking(p.stdout.fileno(), False)
-            self.sel.register(p.stdout, selectors.EVENT_READ, i)
-            self.partial[i] = b""
+        try:
+            for i, (cmd, env) in enumerate(zip(commands, envs)):
+                # A session of its own: a timeout can signal the whole group. torchrun starts each rank in a session
+                # of its own too, so ranks are also tracked one by one (self.track) and killed by pid. The lifeline
+                # between this process and torchrun stops torchrun and every rank if this process dies without
+                # cleaning up (SIGTERM, SIGKILL); its watch is tied to this thread, which waits for the launch.
+                p = subprocess.Popen(_lifeline.command(cmd), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                self.procs.append(p)
+                os.set_blocking(p.stdout.fileno(), False)
+                self.sel.register(p.stdout, selectors.EVENT_READ, i)
+                self.partial[i] = b""
+        except BaseException:
+            self.kill_all()                 # an agent that started must not outlive a launch that could not
+            raise
         self.track()
 
     def track(self) -> None:

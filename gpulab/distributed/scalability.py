@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from .._check import positive, whole
+from .._check import checked, mapping, positive, whole
 from .._format import TableView, fmt_number
 
 __all__ = ['allreduce_seconds', 'PublishedScaling', 'Scaling', 'scaling', 'mirrored_strategy']
@@ -84,6 +84,7 @@ class Scaling(TableView):
                 "efficiency = speedup / (workers / baseline workers); published: workers relative to their baseline")
 
 
+@checked(title="text")
 def scaling(runs: Mapping[str, tuple[int, float]], baseline: str, published: Mapping[str, int] | None = None,
             title: str = "Data-parallel scaling") -> Scaling:
     """A :class:`Scaling` table from ``{label: (workers, items_per_s)}``. ``published`` maps keys of
@@ -96,11 +97,15 @@ def scaling(runs: Mapping[str, tuple[int, float]], baseline: str, published: Map
         >>> round(t.speedup("2 GPUs"), 2), round(t.efficiency("2 GPUs"), 2), round(t.published[0].efficiency, 3)
         (1.8, 0.9, 0.965)
     """
+    mapping("runs", runs, example="{'1 GPU': (1, 950.0), '2 GPUs': (2, 1800.0)}")
     if baseline not in runs:
         raise ValueError(f"baseline {baseline!r} is not one of the runs {list(runs)}")
-    for k, (n, v) in runs.items():
-        whole(f"workers of {k!r}", n)
-        positive(f"items_per_s of {k!r}", v)
+    for k, run in runs.items():
+        if not isinstance(run, (tuple, list)) or len(run) != 2:
+            raise TypeError(f"runs[{k!r}] must be (workers, items_per_s), got {run!r}")
+        whole(f"runs[{k!r}] workers", run[0])
+        positive(f"runs[{k!r}] items_per_s", run[1])
+    mapping("published", published or {}, example="{'ddp-resnet50-dgxa100-tf32': 8}")
     from ..reference import published as get
 
     rows = []

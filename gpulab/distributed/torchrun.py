@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, Sequence
 
-from .._check import positive, whole
+from .._check import checked, positive, whole
 from .agents import _Agents, _failures, _read_markers, _read_results, _root_cause_rank
 from .results import DistributedError, LaunchResult, LaunchTimeout
 
@@ -94,6 +94,8 @@ def _resolve_script(script: str | os.PathLike[str]) -> tuple[str, bool]:
     return text, True
 
 
+@checked(rdzv_endpoint="name?", rdzv_id="name", rdzv_conf="name?", log_dir="path?", python="name?", check_script="flag",
+         module="flag?")
 def torchrun_command(script: str | os.PathLike[str], args: Sequence[str] = (), *, nproc: int = 1, nnodes: int = 1,
                      rdzv_endpoint: str | None = None, rdzv_id: str = "gpulab", rdzv_conf: str | None = None,
                      log_dir: str | None = None,
@@ -115,6 +117,12 @@ def torchrun_command(script: str | os.PathLike[str], args: Sequence[str] = (), *
     """
     whole("nproc", nproc)
     whole("nnodes", nnodes)
+    if not isinstance(args, (str, bytes, list, tuple)):
+        raise TypeError(f"args must be a list of arguments such as ['--steps', '5'], got {args!r:.60}")
+    bad = [a for a in args if a is None or isinstance(a, (list, tuple, dict, set))] \
+        if not isinstance(args, (str, bytes)) else []
+    if bad:
+        raise TypeError(f"args must hold texts or numbers, one per argument, got {bad!r:.60}")
     if isinstance(args, (str, bytes)):
         raise TypeError(f"args must be a list of arguments, one item each, got the text {args!r}: for a command line "
                         "pass shlex.split(text), e.g. shlex.split('--steps 5') == ['--steps', '5']")
@@ -134,6 +142,7 @@ def torchrun_command(script: str | os.PathLike[str], args: Sequence[str] = (), *
         cmd.append("-m")
     return cmd + [target, *map(str, args)]
 
+@checked("torch", timeout_s="pos", echo="fn?", env="mapping?", keep_logs="flag")
 def launch(script: str | os.PathLike[str], *args: Any, nproc: int = 2, nnodes: int = 1, backend: Backend | None = None,
            timeout_s: float = 300.0, echo: Callable[[str], Any] | None = None, env: Mapping[str, str] | None = None,
            threads_per_process: int | None = None, keep_logs: bool = False) -> LaunchResult:
@@ -150,6 +159,9 @@ def launch(script: str | os.PathLike[str], *args: Any, nproc: int = 2, nnodes: i
 
     Raises :class:`DistributedError` with the failing rank's traceback when a rank fails (torchrun stops the
     others), and :class:`LaunchTimeout` after ``timeout_s``, having stopped every process of the launch.
+    Nothing outlives the launching process: Ctrl-C stops every process of the launch, and if this process is
+    killed (SIGTERM, SIGKILL: a kernel restart, the OOM killer) a small supervisor between it and torchrun
+    stops torchrun and every rank (see ``gpulab/distributed/_lifeline.py``).
     """
     whole("nproc", nproc)
     whole("nnodes", nnodes)
@@ -181,6 +193,9 @@ def launch(script: str | os.PathLike[str], *args: Any, nproc: int = 2, nnodes: i
     results_dir, log_root = work / "results", work / "logs"
     results_dir.mkdir()
     package_root = str(Path(__file__).resolve().parents[2])  # the folder holding this gpulab, importable by every rank
+    bad_env = {k: v for k, v in (env or {}).items() if not isinstance(k, str) or not isinstance(v, str)}
+    if bad_env:
+        raise TypeError(f"env must map texts to texts (as os.environ does), got {bad_env!r:.80}: use str(value)")
     child_env = {**os.environ, **(env or {})}
     child_env.update({RESULTS_ENV: str(results_dir), BACKEND_ENV: backend, TIMEOUT_ENV: f"{timeout_s:g}",
                       "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1", _PREFIX_ENV: _RANK_PREFIX,

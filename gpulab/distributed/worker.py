@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .._check import whole
+from .._check import checked, whole
 from .torchrun import BACKEND_ENV, RESULTS_ENV, TIMEOUT_ENV, default_backend
 
 __all__ = ['WorkerInfo', 'init_worker', 'barrier', 'report', 'shard_indices']
@@ -132,6 +132,7 @@ def report(**values: Any) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------------- estimates and tables
 
+@checked(seed="count0", epoch="count0", shuffle="flag", drop_last="flag")
 def shard_indices(n_items: int, world_size: int, *, seed: int = 0, epoch: int = 0, shuffle: bool = True,
                   drop_last: bool = False) -> list[list[int]]:
     """The indices ``torch.utils.data.DistributedSampler`` gives each of ``world_size`` ranks for a dataset of

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Literal
 
+from .._check import checked
+
 __all__ = ["KernelBackend", "triton_backend", "numba_backend"]
 
 Mode = Literal["compiled", "interpreter", "simulator"]
@@ -76,6 +78,7 @@ def _cuda_available(device: Any) -> bool:
     return torch.cuda.is_available()
 
 
+@checked(device="devspec")
 def triton_backend(device: Any = None) -> KernelBackend:
     """Prepare Triton for ``device`` (default: a CUDA GPU if torch sees one, else the CPU) and say how it runs.
 
@@ -127,6 +130,7 @@ def _numba_sim_active() -> bool | None:
     return bool(getattr(mod, "simulator", None)) and not hasattr(mod, "_auto_device")
 
 
+@checked(device="devspec")
 def numba_backend(device: Any = None) -> KernelBackend:
     """Import ``numba.cuda`` for ``device``: compiled on a CUDA GPU, Numba's CUDA simulator on a CPU.
 

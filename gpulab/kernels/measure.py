@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
+from .._check import checked
 from .._format import fmt_bytes, html_table, text_table
 
 __all__ = ["KernelCheck", "check_kernel", "bench_kernel", "Traffic", "traffic", "autotune", "Tuning", "tuning"]
@@ -70,6 +71,7 @@ def _as_float_tensor(x: Any, name: str) -> Any:
         raise TypeError(f"{name} must be a tensor or an array, got {type(x).__name__}") from e
 
 
+@checked(atol="pos0", rtol="pos0", label="name")
 def check_kernel(actual: Any, expected: Any, *, atol: float = 1e-5, rtol: float = 1e-5,
                  label: str = "kernel") -> KernelCheck:
     """Compare ``actual`` (a kernel's output: tensor or NumPy array, any device) with ``expected``.
@@ -86,7 +88,7 @@ def check_kernel(actual: Any, expected: Any, *, atol: float = 1e-5, rtol: float 
         raise ValueError(f"atol and rtol must be finite and >= 0, got atol={atol!r}, rtol={rtol!r}")
     a, e = _as_float_tensor(actual, "actual"), _as_float_tensor(expected, "expected")
     if tuple(a.shape) != tuple(e.shape):
-        raise ValueError(f"{label}: output shape {list(a.shape)} differs from the reference's {list(e.shape)}: "
+        raise ValueError(f"{label}: actual's shape {list(a.shape)} differs from expected's {list(e.shape)}: "
                          "check the grid and the output buffer")
     if a.numel() == 0:
         return KernelCheck(label, True, 0.0, 0.0, 0, 0, tuple(a.shape), atol, rtol)
@@ -99,6 +101,7 @@ def check_kernel(actual: Any, expected: Any, *, atol: float = 1e-5, rtol: float 
                        tuple(a.shape), atol, rtol)
 
 
+@checked(label="name", device="device", bytes_moved="pos0?", flops="pos0?", min_run_time="pos", rep_ms="count")
 def bench_kernel(fn: Callable[[], Any], *, label: str, backend: Any = None, device: Any = None,
                  bytes_moved: float | None = None, flops: float | None = None, min_run_time: float = 0.3,
                  rep_ms: int = 100) -> Any:

@@ -111,13 +111,18 @@ def kernel_roofline(kernels: Sequence[KernelWork], *, gpu: str = "T4", limits: A
     from ..limits import ceiling_for
     from ..reference import gpu_spec
 
+    if isinstance(kernels, (str, bytes)) or not isinstance(kernels, (list, tuple)):
+        raise TypeError(f"kernels must be a list of KernelWork, got {kernels!r:.60}")
     kernels = list(kernels)
     if not kernels:
-        raise ValueError("kernel_roofline needs at least one KernelWork")
+        raise ValueError("kernels is empty: kernel_roofline needs at least one KernelWork")
     for k in kernels:
         if not isinstance(k, KernelWork):
             raise TypeError(f"kernels must be KernelWork items, got {type(k).__name__}")
-    spec = gpu_spec(gpu)
+    try:
+        spec = gpu_spec(gpu)
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"gpu={gpu!r}: {e.args[0] if e.args else e}") from None
     peak, bw = spec.fp32_flops, spec.bandwidth_bytes_per_s
     compiled = {k.label: k.measurement for k in kernels if k.measurement is not None
                 and getattr(k.measurement, "device", "cpu").startswith("cuda")

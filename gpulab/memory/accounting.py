@@ -5,6 +5,7 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
+from .._check import checked
 from .._format import fmt_bytes, html_table, text_table
 from .peak import CUDA_CONTEXT_BYTES, GiB, MemoryTracker, _torch, free_memory
 
@@ -84,6 +85,19 @@ class MemoryBreakdown:
                           caption=f"Memory of one training step on {self.device} ({self.method})")
 
 
+def _module_parts(model: Any, optimizer: Any, autocast_dtype: Any) -> None:
+    """A model with parameters, an optimizer, and an autocast dtype that is a torch dtype (not "bf16")."""
+    torch = _torch()
+    if model is not None and not callable(getattr(model, "parameters", None)):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__} {model!r:.40}")
+    if optimizer is not None and not callable(getattr(optimizer, "zero_grad", None)):
+        raise TypeError(f"optimizer must be a torch.optim.Optimizer built on the model's parameters, got "
+                        f"{type(optimizer).__name__} {optimizer!r:.40}")
+    if autocast_dtype is not None and autocast_dtype not in (torch.bfloat16, torch.float16):
+        raise TypeError(f"autocast_dtype must be torch.bfloat16, torch.float16 or None, got {autocast_dtype!r}")
+
+
+@checked(loss_fn="fn?")
 def breakdown(model: Any, optimizer: Any, batch: Any, loss_fn: Callable[..., Any] | None = None,
               autocast_dtype: Any = None) -> MemoryBreakdown:
     """Run one training step (forward, backward, optimizer step) and split its memory by category.
@@ -99,6 +113,10 @@ def breakdown(model: Any, optimizer: Any, batch: Any, loss_fn: Callable[..., Any
         True
     """
     torch = _torch()
+    _module_parts(model, optimizer, autocast_dtype)
+    if not hasattr(_inputs(batch), "shape"):
+        raise TypeError(f"batch must be a tensor of inputs or an (inputs, targets) tuple of tensors, got "
+                        f"{type(batch).__name__} {batch!r:.40}")
     params = list(model.parameters())
     if not params:
         raise ValueError("breakdown needs a model with parameters")
@@ -196,6 +214,7 @@ class MemoryEstimate:
         return self.breakdown._repr_html_() + self.fits().to_html()
 
 
+@checked(model_fn="fn", batch_fn="fn", batch_size="count", context_bytes="bytes")
 def estimate(model_fn: Callable[[], Any], batch_fn: Callable[[int], Any], batch_size: int,
              optimizer: Literal["adam", "adamw", "sgd"] = "adam", autocast_dtype: Any = None,
              context_bytes: int = CUDA_CONTEXT_BYTES) -> MemoryEstimate:
@@ -219,6 +238,7 @@ def estimate(model_fn: Callable[[], Any], batch_fn: Callable[[int], Any], batch_
         from torch._subclasses.fake_tensor import FakeTensorMode
     except ImportError as e:  # pragma: no cover - private API moved
         raise RuntimeError("this PyTorch has no FakeTensorMode; estimate() needs torch >= 2.1") from e
+    _module_parts(None, None, autocast_dtype)
     makers = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": lambda p: torch.optim.SGD(p, lr=0.1,
                                                                                                        momentum=0.9)}
     if optimizer not in makers:

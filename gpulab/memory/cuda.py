@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .._check import whole
+from .._check import checked, whole
 from .._format import fmt_bytes, html_table, text_table
 
 __all__ = ["CudaMemoryState", "cuda_memory_state", "nvml_processes", "MemoryReconciliation", "reconcile_memory",
@@ -72,6 +72,7 @@ class CudaMemoryState:
         return self.reserved_bytes - self.allocated_bytes
 
 
+@checked(device="devspec")
 def cuda_memory_state(device: Any = None, cuda: Any = None) -> CudaMemoryState | None:
     """Allocator and driver memory figures of a CUDA device (None without CUDA).
 
@@ -162,6 +163,7 @@ class MemoryReconciliation:
         return html_table(("memory", "size", "meaning"), self._table(), caption=f"GPU memory, reconciled ({self.note})")
 
 
+@checked(device="devspec")
 def reconcile_memory(device: Any = None, cuda: Any = None, pid: int | None = None) -> MemoryReconciliation:
     """NVML "used" vs allocator reserved vs allocated for a CUDA device, with the gaps named:
     cached blocks (reserved - allocated), this process's CUDA context and non-PyTorch allocations

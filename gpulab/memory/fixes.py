@@ -5,6 +5,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
 
+from .._check import checked
 from .._format import fmt_bytes, html_table, text_table
 
 __all__ = ['Card', 'smaller_card', 'FixTrial', 'FixLadder', 'try_fixes']
@@ -43,6 +44,7 @@ class Card:
                 f"peak {fmt_bytes(self.peak_bytes)}")
 
 
+@checked("torch", budget_bytes="bytes1", device="device")
 @contextlib.contextmanager
 def smaller_card(budget_bytes: int, device: Any = None) -> Iterator[Card]:
     """A GPU with ``budget_bytes`` of memory, on any machine. On CUDA: the real caching allocator, capped
@@ -133,6 +135,7 @@ class FixLadder:
                           caption=f"Fixes tried on {self.device} ({fmt_bytes(self.capacity_bytes)})")
 
 
+@checked(budget="bytes1?", device="device")
 def try_fixes(configs: Mapping[str, Callable[[], Any]], *, budget: int | None = None, device: Any = None) -> FixLadder:
     """Run each zero-argument callable (a few training steps of one configuration, building its model,
     optimizer and batch inside so they count) and record whether it fits and its peak memory.
@@ -149,10 +152,11 @@ def try_fixes(configs: Mapping[str, Callable[[], Any]], *, budget: int | None = 
         [False, True]
     """
     if not isinstance(configs, Mapping) or not configs:
-        raise TypeError("try_fixes takes a dict: label -> callable running a few steps of that configuration")
+        raise TypeError(f"configs must be a non-empty dict: label -> callable running a few steps of that "
+                        f"configuration, got {configs!r:.60}")
     bad = [k for k, f in configs.items() if not callable(f)]
     if bad:
-        raise TypeError(f"not callable: {bad}")
+        raise TypeError(f"configs: the values for {bad} are not callables (each runs a few steps of its configuration)")
     import torch
 
     from .peak import _is_cuda, free_memory, is_oom

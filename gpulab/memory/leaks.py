@@ -17,7 +17,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from .._check import whole
+from .._check import checked, whole
 from .._format import fmt_bytes, html_table, text_table
 
 __all__ = ["MemoryGrowth", "memory_growth", "GraphHolder", "graph_holders", "Recovery", "recover_memory",
@@ -74,6 +74,7 @@ class MemoryGrowth:
                           caption=f"{self.label}: {self._verdict()}", footer=f"{self.method} on {self.device}")
 
 
+@checked(device="device", label="name")
 def memory_growth(step: Callable[[], Any], steps: int = 5, device: Any = None, label: str = "step") -> MemoryGrowth:
     """Call ``step()`` ``steps`` times and record the live tensor bytes after each call (after garbage
     collection). On CUDA: ``torch.cuda.memory_allocated`` above the starting point; elsewhere: every
@@ -85,7 +86,7 @@ def memory_growth(step: Callable[[], Any], steps: int = 5, device: Any = None, l
         False
     """
     if not callable(step):
-        raise TypeError(f"memory_growth needs a callable running one step, got {type(step).__name__}")
+        raise TypeError(f"step must be a callable running one step, got {type(step).__name__}")
     whole("steps", steps, low=2)
     import torch
 

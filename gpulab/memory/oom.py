@@ -29,6 +29,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from .._check import checked
 from .._format import fmt_bytes, html_table, text_table
 from .oom_message import OPTIMIZER_STATES_PER_PARAMETER, OOMMessage, parse_oom_message
 
@@ -218,6 +219,7 @@ def _cuda_context(msg: OOMMessage | None, device: str) -> tuple[int | None, int 
     return ctx, others, src
 
 
+@checked("torch", loss_fn="fn?", capacity_bytes="bytes1?", device="devspec", scan_references="flag")
 def explain_oom(exc: BaseException | str, model: Any = None, optimizer: Any = None, batch: Any = None, *,
                 loss_fn: Callable[..., Any] | None = None, autocast_dtype: Any = None,
                 capacity_bytes: int | None = None, device: str | None = None,

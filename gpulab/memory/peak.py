@@ -12,6 +12,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Literal
 
+from .._check import checked, install_hint
 from .._format import fmt_bytes
 
 __all__ = ['KiB', 'MiB', 'GiB', 'is_oom', 'free_memory', 'MemoryTracker', 'memory_budget', 'PeakMemory', 'peak_memory', 'CUDA_CONTEXT_BYTES']
@@ -27,7 +28,7 @@ def _torch() -> Any:
     try:
         import torch
     except ImportError as e:  # pragma: no cover
-        raise ImportError("gpulab's memory tools need PyTorch: pip install 'gpulab[torch]'") from e
+        raise ImportError(f"gpulab's memory tools need PyTorch: {install_hint('torch')}") from e
     return torch
 
 
@@ -43,6 +44,7 @@ def is_oom(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
 
 
+@checked(device="device")
 def free_memory(device: Any = None) -> None:
     """Collect garbage and, on CUDA, return cached blocks and reset the peak counter.
     Call it *outside* an ``except`` block: the exception keeps the failed step's tensors alive.
@@ -155,6 +157,7 @@ def _storage_key(t: Any) -> int | None:
         return None
 
 
+@checked("torch", budget_bytes="bytes1", label="name?")
 @contextlib.contextmanager
 def memory_budget(budget_bytes: int, label: str | None = None) -> Iterator[MemoryTracker]:
     """Simulate a GPU with ``budget_bytes`` of memory: tensors created inside count against it, and an
@@ -195,6 +198,7 @@ class PeakMemory:
         return f"<code>{self!r}</code>"
 
 
+@checked(fn="fn", device="device")
 def peak_memory(fn: Callable[..., Any], *args: Any, device: Any = None, **kwargs: Any) -> PeakMemory:
     """Run ``fn(*args, **kwargs)`` once and report its peak memory (``.result`` holds its return value).
 

@@ -5,6 +5,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .._check import checked
 from .._format import fmt_bytes, fmt_number, html_table, text_table
 from .peak import _is_cuda, _torch, _Watch, free_memory, is_oom, memory_budget
 
@@ -73,6 +74,8 @@ class BatchSizeSearch:
         return html_table(("batch", "fits", "peak", "items/s"), self._rows(), caption=self._caption())
 
 
+@checked(step="fn", start="count", limit="count", budget="bytes1?", device="device", margin="pos",
+         time_trials="flag", min_run_time="pos", max_trials="count")
 def find_max_batch_size(step: Callable[[int], Any], start: int = 8, limit: int = 65536, *,
                         budget: int | None = None, device: Any = None, margin: float = 0.9,
                         time_trials: bool = True, min_run_time: float = 0.2, max_trials: int = 24

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from .._check import positive, table_rows
+from .._check import positive, rows_arg, table_rows
 from .._format import fmt_seconds, html_table, text_table
 from .summary import ProfileSummary
 
@@ -27,7 +27,7 @@ class ProfileComparison:
     timings: Mapping[str, float] | None = None
 
     def __post_init__(self) -> None:
-        table_rows(self.summaries, ProfileSummary, "gl.profile", self.baseline)
+        table_rows(self.summaries, ProfileSummary, "gl.profile", self.baseline, name="summaries")
         if self.timings is not None:
             missing = [s.label for s in self.summaries if s.label not in self.timings]
             if missing:
@@ -127,9 +127,7 @@ def compare_profiles(summaries: Sequence[ProfileSummary], baseline: str | None =
         >>> gl.compare_profiles([a, b]).baseline
         'a'
     """
-    summaries = tuple(summaries)
-    if not summaries or not all(isinstance(s, ProfileSummary) for s in summaries):
-        raise TypeError("compare_profiles takes a list of ProfileSummary objects from gl.profile")
+    summaries = rows_arg("summaries", summaries, ProfileSummary, "gl.profile")
     if timings is not None:
         if not isinstance(timings, Mapping):
             raise TypeError("timings must be a mapping label -> seconds or Measurement, e.g. the dict from "

@@ -7,6 +7,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence
 
+from .._check import install_hint
 from .._spans import covered, merge_spans
 
 __all__ = ['phase', 'OpStat', 'DeviceCheck', 'check_device_events', 'PHASES', 'TINY_OP_S', 'MANY_OPS_PER_STEP', 'TINY_KERNEL_S', 'SYNC_CALLS', 'KERNEL_GAP_S', 'LONG_OP_S', 'idle_split']
@@ -32,7 +33,7 @@ def _torch() -> Any:
     try:
         import torch
     except ImportError as e:  # pragma: no cover
-        raise ImportError("gpulab.profile needs PyTorch: pip install 'gpulab[torch]'") from e
+        raise ImportError(f"gpulab.profile needs PyTorch: {install_hint('torch')}") from e
     return torch
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import shlex
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -16,7 +17,8 @@ __all__ = ['NsightCommands', 'nsight_commands', 'nvtx_capture']
 # Nsight
 @dataclass(frozen=True)
 class NsightCommands:
-    """The command lines to profile a script with Nsight Systems (timeline) and Nsight Compute (kernels)."""
+    """The command lines to profile a script with Nsight Systems (timeline) and Nsight Compute (kernels),
+    shell-quoted: paste them into a terminal as they are (``shlex.split`` gives the argument lists back)."""
 
     nsys: str
     nsys_stats: str
@@ -40,28 +42,34 @@ def nsight_commands(script: str = "train.py", output: str = "gpulab-profile", nv
     ``cudaProfilerStart``/``Stop`` (see :func:`nvtx_capture`); Nsight Compute profiles ``kernels`` kernels
     inside the NVTX range ``nvtx_range`` (a :func:`phase` name).
 
+    Every value is shell-quoted, so a path with spaces or shell characters stays one argument.
+
     Example:
         >>> import gpulab as gl
         >>> gl.profiling.nsight_commands("train.py").nsys.startswith("nsys profile")
         True
+        >>> gl.profiling.nsight_commands("my runs/train.py").nsys.endswith("python 'my runs/train.py'")
+        True
     """
     for name, v in (("script", script), ("output", output), ("nvtx_range", nvtx_range)):
-        if not isinstance(v, str) or not v or any(c in v for c in "\"'\n"):
-            raise ValueError(f"{name} must be a plain non-empty string without quotes, got {v!r}")
+        if not isinstance(v, str):
+            raise TypeError(f"{name} must be a text, got {v!r}")
+        if not v.strip() or any(c in v for c in "\n\r\0"):
+            raise ValueError(f"{name} must be a non-empty text on one line, got {v!r}")
     whole("kernels", kernels)
     flag("capture_range", capture_range)
-    cap = " --capture-range=cudaProfilerApi --capture-range-end=stop" if capture_range else ""
-    nsys = (f"nsys profile --trace=cuda,nvtx,osrt,cudnn,cublas{cap} --output={output} --force-overwrite=true "
-            f"python {script}")
-    ncu = (f'ncu --nvtx --nvtx-include "{nvtx_range}/" --launch-count {kernels} --set full '
-           f"--export {output}-kernels --force-overwrite python {script}")
+    cap = ["--capture-range=cudaProfilerApi", "--capture-range-end=stop"] if capture_range else []
+    nsys = shlex.join(["nsys", "profile", "--trace=cuda,nvtx,osrt,cudnn,cublas", *cap, f"--output={output}",
+                       "--force-overwrite=true", "python", script])
+    ncu = shlex.join(["ncu", "--nvtx", "--nvtx-include", f"{nvtx_range}/", "--launch-count", str(kernels), "--set",
+                      "full", "--export", f"{output}-kernels", "--force-overwrite", "python", script])
     notes = ("nsys writes <output>.nsys-rep: open it in the Nsight Systems GUI (File > Open) on any machine.",
              "gl.phase(...) ranges appear as NVTX ranges on the timeline; the trailing '/' in --nvtx-include "
              "selects a push/pop range.",
              "ncu replays each kernel many times (minutes, not seconds): keep --launch-count small.",
              "Profiling GPU counters may need admin rights (ERR_NVGPUCTRPERM): see NVIDIA's "
              "'Permission issue with Performance Counters' page.")
-    return NsightCommands(nsys, f"nsys stats {output}.nsys-rep", ncu, notes)
+    return NsightCommands(nsys, shlex.join(["nsys", "stats", f"{output}.nsys-rep"]), ncu, notes)
 
 
 @contextlib.contextmanager

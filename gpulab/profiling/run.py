@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
-from .._check import flag, whole
+from .._check import checked, flag, whole
 from .events import (LONG_OP_S, PHASES, SYNC_CALLS, OpStat, _counts_device_time, _device_attr, _interval_s, _is_device_event,
                      _phase_of, _torch, _union, check_device_events)
 from .summary import ProfileSummary
@@ -34,6 +34,7 @@ def _cuda_allocs(torch: Any) -> int:
         return 0
 
 
+@checked(fn="fn", trace_dir="path", device="device")
 def profile(fn: Callable[[], Any], steps: int = 5, warmup: int = 1, *, label: str = "profile",
             memory: bool = False, record_shapes: bool = False, trace: bool = True,
             trace_dir: str | os.PathLike[str] = "traces", device: Any = None, limits: Any = None,
@@ -61,6 +62,9 @@ def profile(fn: Callable[[], Any], steps: int = 5, warmup: int = 1, *, label: st
     flag("count_work", count_work)
     flag("record_shapes", record_shapes)
     flag("trace", trace)
+    if limits is not None and limits is not False and not hasattr(limits, "peak_flops"):
+        raise TypeError(f"limits must be gl.machine_limits() of the device, False (no ceilings) or None (measured "
+                        f"once), got {type(limits).__name__} {limits!r:.40}")
     if not isinstance(label, str) or not label:
         raise TypeError(f"label must be a non-empty string, got {label!r}")
     torch = _torch()

@@ -1,5 +1,11 @@
 """Telemetry -> verdict: the course's bottleneck rules as code, each finding with its evidence.
 
+Sampled evidence first: a rule that reads samples needs at least ``MIN_SAMPLES`` good ones of its device (10:
+one second at the default 0.1 s interval); with fewer, the verdict is ``"inconclusive"`` and says how long to
+run. Readings that failed (psutil or NVML errors, ``trace.failed_samples``) are named in a finding, a warning
+from ``FAILED_SHARE`` of a device's readings on. Phases are timed, not sampled, so the data-wait rule holds on
+a run of any length.
+
 GPU rules (NVML rows present):
 - GPU busy >= 70% of the time -> healthy;
 - GPU mostly idle and host CPU high -> input-bound (more DataLoader workers, preprocessing on GPU/DALI);
@@ -16,10 +22,13 @@ Host rules (always; the only ones without NVML, which never yields a GPU verdict
 Example:
     >>> import pandas as pd
     >>> from gpulab.telemetry.trace import Trace
-    >>> f = pd.DataFrame({"t_s": [0.0, 0.1, 0.2], "device": "host", "source": "host",
-    ...                   "cpu_util_pct": [99.0, 98.0, 97.0], "process_cpu_pct": [95.0, 96.0, 97.0]})
-    >>> diagnose(Trace(f, 0.1, duration_s=0.3)).verdict
+    >>> f = pd.DataFrame({"t_s": [0.1 * i for i in range(12)], "device": "host", "source": "host",
+    ...                   "cpu_util_pct": 98.0, "process_cpu_pct": 96.0})
+    >>> diagnose(Trace(f, 0.1, duration_s=1.2)).verdict
     'host-saturated'
+    >>> short = diagnose(Trace(f.head(3), 0.1, duration_s=0.3))     # the first 0.3 s only
+    >>> short.verdict, short.findings[0].message
+    ('inconclusive', 'only 3 good host samples: too few to conclude (at least 10 needed)')
 """
 from __future__ import annotations
 
@@ -29,7 +38,8 @@ from typing import Any, Literal
 from .._format import html_table
 from .._spans import covered
 
-__all__ = ["HEALTHY_UTIL_PCT", "HIGH_CPU_PCT", "LOW_CPU_PCT", "Finding", "Verdict", "diagnose"]
+__all__ = ["HEALTHY_UTIL_PCT", "HIGH_CPU_PCT", "LOW_CPU_PCT", "MIN_SAMPLES", "FAILED_SHARE", "Finding", "Verdict",
+           "diagnose"]
 
 HEALTHY_UTIL_PCT = 70.0   # GPU busy at least this share of the time: healthy
 HIGH_CPU_PCT = 75.0       # host CPU (all cores) this busy: the host is the limit
@@ -38,6 +48,8 @@ DATA_SHARE = 0.30         # this share of the whole run waiting for data: input-
 UNMARKED_SHARE = 0.30     # this share of the run outside any phase: the Monitor cannot say where it went
 THROTTLE_SHARE = 0.05
 LOW_MEMORY_SHARE = 0.5
+MIN_SAMPLES = 10          # good samples of a device before a rule reads its metrics
+FAILED_SHARE = 0.10       # this share of a device's readings failed: a warning (below it: a note)
 
 
 @dataclass(frozen=True)
@@ -119,10 +131,46 @@ def _cpu_by_phase(trace: Any, host: Any) -> str:
     return "CPU by phase: " + ", ".join(f"{k} {sum(v) / len(v):.0f}%" for k, v in parts.items()) if parts else ""
 
 
+def _sampling_findings(trace: Any) -> list[Finding]:
+    """Readings that failed, per device, with the first error."""
+    failed = dict(getattr(trace, "failed_by_device", {}) or {})
+    total = int(getattr(trace, "failed_samples", 0) or 0)
+    if total and not failed:
+        failed = {"(unknown device)": total}
+    out = []
+    for device, n in failed.items():
+        good = trace.samples(device) if device in getattr(trace, "devices", ()) else 0
+        share = n / (n + good) if n + good else 1.0
+        out.append(Finding("warning" if share >= FAILED_SHARE else "info", "failed-samples",
+                           f"{n} of {n + good} {device} readings failed ({share:.0%}): the findings below rest on "
+                           f"the {good} that succeeded",
+                           f"first error: {trace.first_error or 'not recorded'}",
+                           "psutil fails on processes or /proc entries it may not read (containers, other users' "
+                           "processes), NVML on a GPU that is reset or lost; run `python -m gpulab doctor`"))
+    return out
+
+
+def _too_few(trace: Any, device: str, n: int) -> Finding:
+    """The sampled rules of ``device`` are skipped: fewer than MIN_SAMPLES good samples."""
+    need_s = MIN_SAMPLES * trace.interval_s
+    failing = getattr(trace, "failed_by_device", {}).get(device, 0)
+    return Finding("info", "too-few-samples",
+                   f"only {n} good {device} samples: too few to conclude (at least {MIN_SAMPLES} needed)",
+                   f"{n} samples every {trace.interval_s:g} s over {trace.duration_s:.1f} s"
+                   + (f"; {failing} more failed" if failing else ""),
+                   f"monitor a run of at least {need_s:.3g} s ({MIN_SAMPLES} samples at interval={trace.interval_s:g}"
+                   " s), longer if readings fail; several training steps, not the first ones only")
+
+
 def diagnose(trace: Any) -> Verdict:
     """Apply the rules to a :class:`~gpulab.telemetry.trace.Trace`."""
     findings: list[Finding] = []
+    too_few: list[Finding] = []
     host = trace.device_frame("host") if "host" in trace.devices else None
+    host_failed = (getattr(trace, "failed_by_device", None) or {}).get("host", 0)
+    if (host is not None or host_failed) and (0 if host is None else len(host)) < MIN_SAMPLES:
+        too_few.append(_too_few(trace, "host", 0 if host is None else len(host)))
+        host = None                       # no claim about the host from a handful of samples
     cpu = float(host["cpu_util_pct"].mean()) if host is not None and "cpu_util_pct" in host else None
     proc = float(host["process_cpu_pct"].mean()) if host is not None and "process_cpu_pct" in host else None
     shares = _data_share(trace)
@@ -138,6 +186,9 @@ def diagnose(trace: Any) -> Verdict:
 
     for g in gpus:
         f = trace.device_frame(g)
+        if len(f) < MIN_SAMPLES:
+            too_few.append(_too_few(trace, g, len(f)))
+            continue
         if "gpu_util_pct" not in f:
             findings.append(Finding("info", "gpu-util-missing", f"{g}: NVML gave no utilisation",
                                     "the metric is not supported on this GPU or mode (e.g. MIG)"))
@@ -154,6 +205,11 @@ def diagnose(trace: Any) -> Verdict:
                                     "more DataLoader workers (num_workers), pin_memory, cache decoded data, "
                                     "or move decoding/augmentation to the GPU (DALI)"))
             verdict = verdict or "input-bound"
+        elif cpu is None:
+            findings.append(Finding("warning", "gpu-idle", f"{g} idles; too few host samples to tell whether it "
+                                    "waits for input or for per-step overhead", ev,
+                                    "monitor a longer run; gl.profile(step).verdict names the cause"))
+            verdict = verdict or "inconclusive"
         else:
             findings.append(Finding("warning", "overhead-bound",
                                     f"{g} idles while the host is not busy either: per-step Python, launch cost, "
@@ -197,7 +253,9 @@ def diagnose(trace: Any) -> Verdict:
     if not gpus:
         note = "No GPU telemetry (NVML not available): this verdict comes from host metrics only."
         proc_ev = f"{cpu_ev}; this process {proc:.0f}%" if proc is not None else cpu_ev
-        if cpu is None:
+        if cpu is None and too_few:
+            pass                          # too few samples: said below, no host claim
+        elif cpu is None:
             findings.append(Finding("info", "no-samples", "nothing was sampled", note))
             verdict = verdict or "no-samples"
         elif cpu >= HIGH_CPU_PCT:
@@ -220,4 +278,7 @@ def diagnose(trace: Any) -> Verdict:
                                     "cause"))
             verdict = verdict or "host-partly-busy"
         findings.append(Finding("info", "no-gpu-telemetry", "GPU verdicts need NVML", note))
+    if too_few and verdict is None:
+        verdict = "inconclusive"
+    findings = _sampling_findings(trace) + too_few + findings
     return Verdict(verdict or "unknown", tuple(findings), "nvml+host" if gpus else "host")

@@ -20,6 +20,7 @@ import time
 import weakref
 from typing import Any, Callable, Iterator
 
+from .._check import callable_arg, flag, positive, text
 from .trace import Mark, Trace
 
 __all__ = ["Monitor"]
@@ -48,6 +49,10 @@ class Monitor:
             raise ValueError(f"interval must be seconds between 0.001 and 3600, got {interval!r}")
         if isinstance(live_every_s, bool) or not isinstance(live_every_s, (int, float)) or not 1.0 <= live_every_s < 1e9:
             raise ValueError(f"live_every_s must be at least 1 s (a frame costs ~0.1 s of CPU), got {live_every_s!r}")
+        flag("live", live)
+        flag("gpus", gpus)
+        if on_sample is not None:
+            callable_arg("on_sample", on_sample)
         self.interval = float(interval)
         self.live = bool(live)
         self.live_every_s = float(live_every_s)
@@ -56,6 +61,8 @@ class Monitor:
         self._rows: list[dict[str, Any]] = []
         self._marks: list[Mark] = []
         self._notes: list[str] = []
+        self._failed: dict[str, int] = {}      # readings that raised, per device ("host", "gpu0", ...)
+        self._first_error: str | None = None
         self._lock = threading.Lock()          # guards the recorded rows (held for microseconds)
         self._render_lock = threading.Lock()   # guards the live figure
         self._stop = threading.Event()
@@ -91,6 +98,7 @@ class Monitor:
         samplers = self._gpu_samplers() if self._want_gpus else []
         with self._lock:
             self._rows, self._marks, self._cpu_s, self._t_end = [], [], 0.0, None
+            self._failed, self._first_error = {}, None
         self._stop.clear()
         self._t0 = time.monotonic()
         self._thread = threading.Thread(target=self._run, args=(host, samplers), name="gpulab-monitor", daemon=True)
@@ -102,7 +110,8 @@ class Monitor:
         return self
 
     def stop(self, timeout: float = 5.0) -> Trace:
-        """Stop sampling and return the :class:`Trace` (safe to call twice)."""
+        """Stop sampling and return the :class:`Trace` (safe to call twice); ``timeout`` bounds each thread's join."""
+        positive("timeout", timeout, unit="seconds")
         self._stop.set()
         for t in (self._thread, self._live_thread):
             if t is not None and t is not threading.current_thread():
@@ -118,11 +127,12 @@ class Monitor:
     # ---- marks -------------------------------------------------------------------------------
     def mark(self, name: str) -> None:
         """Mark this moment (a phase that lasts until the next mark)."""
-        self._marks.append(Mark(str(name), self._now()))
+        self._marks.append(Mark(text("name", name, empty=False), self._now()))
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
         """Mark a span: ``with mon.phase("data"): batch = next(it)``."""
+        text("name", name, empty=False)
         start = self._now()
         try:
             yield
@@ -141,13 +151,16 @@ class Monitor:
         with self._lock:
             rows = list(self._rows)
             cpu_s = self._cpu_s
+            failed = dict(self._failed)
+            first_error = self._first_error
         end = self._t_end if self._t_end is not None else time.monotonic()
         frame = pd.DataFrame(rows)
         if frame.empty:
             frame = pd.DataFrame(columns=["t_s", "wall_time", "device", "source"])
         return Trace(frame=frame, interval_s=self.interval, marks=tuple(self._marks),
                      duration_s=max(0.0, end - self._t0) if self._t0 else 0.0, sampler_cpu_s=cpu_s,
-                     live_cpu_s=self._live_cpu_s, notes=tuple(self._notes), devices_info=dict(self._devices_info))
+                     live_cpu_s=self._live_cpu_s, notes=tuple(self._notes), devices_info=dict(self._devices_info),
+                     failed_samples=sum(failed.values()), failed_by_device=failed, first_error=first_error)
 
     # ---- sampling thread ---------------------------------------------------------------------
     def _gpu_samplers(self) -> list[tuple[str, Any]]:
@@ -212,14 +225,36 @@ class Monitor:
 
     def _take(self, host: Any, samplers: list[tuple[str, Any]], torch_memory: Callable[[], dict], now: float
               ) -> list[dict[str, Any]]:
+        """One row per device that could be read; a device whose reading raised is counted, not recorded."""
         t_s, wall = now - self._t0, time.time()
-        rows = [{"t_s": t_s, "wall_time": wall, "device": "host", "source": "host", **host.sample()}]
+        rows = []
+        host_row = self._read("host", host.sample)
+        if host_row is not None:
+            rows.append({"t_s": t_s, "wall_time": wall, "device": "host", "source": "host", **host_row})
         tm = torch_memory() if samplers else {}
         for i, (name, s) in enumerate(samplers):
-            row = {"t_s": t_s, "wall_time": wall, "device": name, "source": "nvml", **s.sample(now)}
-            row.update(tm.get(i, {}))
-            rows.append(row)
+            reading = self._read(name, s.sample, now)
+            if reading is not None:
+                rows.append({"t_s": t_s, "wall_time": wall, "device": name, "source": "nvml", **reading,
+                             **tm.get(i, {})})
         return rows
+
+    def _read(self, device: str, sample: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any] | None:
+        """``sample(*args)``, or None (counted in the trace, the first error kept and logged once) if it raised:
+        psutil can fail on a process or a /proc it may not read, NVML on a GPU that fell off the bus."""
+        try:
+            return sample(*args)
+        except Exception as e:  # one failing source must neither stop the others nor vanish silently
+            text = f"{device}: {type(e).__name__}: {e}"
+            with self._lock:
+                first = not self._failed
+                self._failed[device] = self._failed.get(device, 0) + 1
+                if first:
+                    self._first_error = text
+            if first:
+                log.warning("gpulab.Monitor: a %s reading failed (%s); counting failures in trace.failed_samples",
+                            device, text)
+            return None
 
     # ---- live figure -------------------------------------------------------------------------
     def _start_live(self) -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from .._check import flag, path_arg
 from .._format import NA, TableView, fmt_bytes, fmt_number, html_table, text_table
 
 __all__ = ["Trace", "Mark", "TraceSummary", "DeviceSummary"]
@@ -61,6 +62,10 @@ class DeviceSummary:
         """The reported metrics by name (``samples`` first), missing ones left out."""
         return {f.name: getattr(self, f.name) for f in fields(self)
                 if f.name != "device" and getattr(self, f.name) is not None}
+
+
+def _clip(text: str, n: int = 120) -> str:
+    return text if len(text) <= n else text[:n - 3] + "..."
 
 
 def _pct(x: float | None) -> str:
@@ -145,6 +150,10 @@ class Trace:
 
     ``frame`` columns: ``t_s`` (seconds since start), ``wall_time``, ``device`` ("host", "gpu0", ...),
     ``source`` ("host" or "nvml") and one column per metric (units in the name; missing = NaN).
+
+    ``failed_samples`` counts the readings that raised (psutil or NVML errors) and so have no row;
+    ``failed_by_device`` splits them by device and ``first_error`` is the first one's text. A trace recorded
+    or saved before they existed has none (0, ``{}``, ``None``).
     """
 
     frame: Any
@@ -155,6 +164,35 @@ class Trace:
     live_cpu_s: float = 0.0       # CPU time spent drawing the live figure (a separate thread)
     notes: tuple[str, ...] = ()
     devices_info: dict[str, str] = field(default_factory=dict)   # "gpu0" -> "NVIDIA A100 (GPU-...)"
+    failed_samples: int = 0
+    failed_by_device: dict[str, int] = field(default_factory=dict)  # "host" -> 3
+    first_error: str | None = None
+
+    def __post_init__(self) -> None:
+        n = self.failed_samples
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"failed_samples must be a count (an int >= 0), got {n!r}")
+        if self.failed_by_device and sum(self.failed_by_device.values()) != n:
+            raise ValueError(f"failed_by_device {self.failed_by_device!r} must add up to failed_samples={n}: pass "
+                             "failed_samples=sum(failed_by_device.values())")
+
+    def _known(self, device: Any) -> None:
+        """``device`` checked as one this trace sampled (or tried to): "host", "gpu0", ..."""
+        known = sorted(set(self.devices) | set(self.failed_by_device))
+        if not isinstance(device, str) or device not in known:
+            raise ValueError(f"device={device!r} is not in this trace: its devices are {known}")
+
+    def samples(self, device: str) -> int:
+        """Readings of ``device`` that succeeded (its rows)."""
+        self._known(device)
+        return int((self.frame["device"] == device).sum()) if len(self.frame) else 0
+
+    def failed_share(self, device: str) -> float:
+        """The share of ``device``'s readings that failed (0.0 when none was attempted)."""
+        self._known(device)
+        failed = self.failed_by_device.get(device, 0)
+        tried = failed + self.samples(device)
+        return failed / tried if tried else 0.0
 
     # ---- basic facts -------------------------------------------------------------------------
     @property
@@ -172,6 +210,7 @@ class Trace:
 
     def device_frame(self, device: str) -> Any:
         """Rows of one device, indexed by ``t_s``, with all-missing columns dropped."""
+        self._known(device)
         f = self.frame[self.frame["device"] == device]
         return f.set_index("t_s").dropna(axis=1, how="all")
 
@@ -242,6 +281,9 @@ class Trace:
         """One figure, aligned time axes: utilisation, memory, and power/temperature/clocks when present.
         Marks and phases are drawn on every panel. Returns the matplotlib Figure.
         ``tight=False`` uses fixed margins (several times cheaper: the live view redraws this way)."""
+        flag("tight", tight)
+        if fig is not None and not callable(getattr(fig, "add_subplot", None)):
+            raise TypeError(f"fig must be a matplotlib Figure (plt.figure()) or None, got {type(fig).__name__} {fig!r:.40}")
         if fig is None:
             import matplotlib.pyplot as plt
 
@@ -308,7 +350,7 @@ class Trace:
     # ---- export ------------------------------------------------------------------------------
     def to_csv(self, path: str | Path) -> Path:
         """Write the tidy frame to ``path`` (CSV); returns the path."""
-        path = Path(path)
+        path = Path(path_arg("path", path))
         path.parent.mkdir(parents=True, exist_ok=True)
         self.frame.to_csv(path, index=False)
         return path
@@ -316,7 +358,7 @@ class Trace:
     def to_tensorboard(self, logdir: str | Path) -> Path:
         """Write every numeric metric as TensorBoard scalars (``telemetry/<device>/<metric>``), step =
         sample number. Uses TensorFlow's summary writer, or torch's when TensorFlow is absent."""
-        logdir = Path(logdir)
+        logdir = Path(path_arg("logdir", logdir))
         numeric = [c for c in self.frame.columns if c not in ("t_s", "wall_time", "device", "source")
                    and self.frame[c].dtype.kind in "fiub"]
         try:
@@ -360,10 +402,16 @@ class Trace:
         for d in self.devices:
             f = self.device_frame(d)
             if d == "host" and "cpu_util_pct" in f:
-                rows.append((d, f"CPU mean {f['cpu_util_pct'].mean():.0f}%, RSS peak {fmt_bytes(f['rss_bytes'].max())}"))
+                rows.append((d, f"CPU mean {f['cpu_util_pct'].mean():.0f}%"
+                                + (f", RSS peak {fmt_bytes(f['rss_bytes'].max())}" if "rss_bytes" in f else "")))
             elif "gpu_util_pct" in f:
                 rows.append((d, f"util mean {f['gpu_util_pct'].mean():.0f}%"
                                 + (f", memory peak {fmt_bytes(f['mem_used_bytes'].max())}" if "mem_used_bytes" in f else "")))
+        if self.failed_samples:
+            per = ", ".join(f"{d} {n} of {n + self.samples(d)} ({self.failed_share(d):.0%})"
+                            for d, n in self.failed_by_device.items())
+            rows.append(("failed samples", f"{self.failed_samples}" + (f": {per}" if per else "")
+                         + (f"; first: {_clip(self.first_error)}" if self.first_error else "")))
         rows += [("note", n) for n in self.notes]
         return rows
 

@@ -190,7 +190,8 @@ def trace_files(trace: Any) -> dict[str, str]:
     frame = trace.frame.reset_index(drop=True)
     meta = {"format": _FORMAT, "interval_s": trace.interval_s, "duration_s": trace.duration_s,
             "sampler_cpu_s": trace.sampler_cpu_s, "live_cpu_s": trace.live_cpu_s, "notes": list(trace.notes),
-            "devices_info": dict(trace.devices_info),
+            "devices_info": dict(trace.devices_info), "failed_samples": trace.failed_samples,
+            "failed_by_device": dict(trace.failed_by_device), "first_error": trace.first_error,
             "marks": [{"name": m.name, "start_s": m.start_s, "end_s": m.end_s} for m in trace.marks],
             "dtypes": {str(c): str(t) for c, t in frame.dtypes.items()}}
     return {TRACE_FILES[0]: frame.to_csv(index=False), TRACE_FILES[1]: json.dumps(meta, indent=1)}
@@ -214,7 +215,8 @@ def trace_from_files(csv_text: str, json_text: str) -> Any:
     marks = tuple(Mark(m["name"], m["start_s"], m["end_s"]) for m in meta["marks"])
     return Trace(frame, meta["interval_s"], marks=marks, duration_s=meta["duration_s"],
                  sampler_cpu_s=meta["sampler_cpu_s"], live_cpu_s=meta["live_cpu_s"], notes=tuple(meta["notes"]),
-                 devices_info=dict(meta["devices_info"]))
+                 devices_info=dict(meta["devices_info"]), failed_samples=meta.get("failed_samples", 0),
+                 failed_by_device=dict(meta.get("failed_by_device", {})), first_error=meta.get("first_error"))
 
 
 def trace_points(trace: Any) -> list[tuple[str, float, float, int]]:

@@ -175,7 +175,7 @@ class Run:
         if not (self._tb_on or self._mlflow_on):
             raise ValueError("tensorboard=False and mlflow=False leave nothing to log to: keep one of them")
         self._params = {_store.check_key("param", k): _param(k, v) for k, v in _mapping("params", params).items()}
-        self._tags = {_store.check_key("tag", k): _text(f"tag {k!r}", v) for k, v in _mapping("tags", tags).items()}
+        self._tags = {_store.check_key("tag", k): _text(f"tags[{k!r}]", v) for k, v in _mapping("tags", tags).items()}
         self.root = _store.resolve_root(root)
         self._state = "new"
         self._status = "RUNNING"

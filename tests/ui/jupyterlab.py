@@ -266,13 +266,15 @@ def start_lab(root_dir: Path, state_dir: Path, timeout: float = 90) -> LabServer
         PYTHONUNBUFFERED="1",
     )
     port, token = free_port(), secrets.token_hex(24)
+    # the token goes in the server's environment (jupyter_server's IdentityProvider reads JUPYTER_TOKEN), not on
+    # its command line, which any local user can read with `ps`
+    env["JUPYTER_TOKEN"] = token
     cmd = [
         sys.executable, "-m", "jupyter", "lab",
         "--no-browser",
         "--ip=127.0.0.1",
         f"--port={port}",
         "--port-retries=0",
-        f"--IdentityProvider.token={token}",
         f"--ServerApp.root_dir={root_dir}",
         "--LabApp.expose_app_in_browser=True",  # window.jupyterapp, to run menu commands
         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",

@@ -1,0 +1,486 @@
+"""The bad-input sweep: every public gpulab call, given a table of bad values per parameter kind.
+
+Each attempt is classified:
+- ``clear``: a ``TypeError``/``ValueError``/``LookupError`` (or one of gpulab's own errors) whose message
+  names the parameter (or quotes the bad text);
+- ``obscure``: another exception, or a message that names neither;
+- ``silent``: the call returned, as if the value made sense;
+- ``hang``: the call ran past its time limit.
+
+``python tests/badinput.py`` prints the counts and every attempt that was not clear; ``tests/test_bad_input_sweep.py``
+asserts them. A new public function needs an entry in ``CASES`` (a test checks that every name of
+``gpulab.__all__`` has one).
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+nan, inf = math.nan, math.inf
+
+# ---------------------------------------------------------------------------------------------- bad values per kind
+KINDS: dict[str, list[Any]] = {
+    "count": [0, -1, 2.5, "3", True, nan],          # a whole number >= 1
+    "count0": [-1, 2.5, "3", True],                 # a whole number >= 0
+    "pos": [0, -1.0, nan, inf, "1"],                # a positive finite number
+    "pos0": [-1.0, nan, inf, "1"],                  # a non-negative finite number
+    "flag": ["yes", 1, None],                       # True or False
+    "flagopt": ["yes", 1],                          # True, False or None
+    "text": [3, ["a"]],                             # a text (label, name)
+    "choice": ["nonsense", 3],                      # one of a fixed set of texts
+    "fn": [3, "fn"],                                # a callable
+    "bytes": [-1, 1.5, "1GiB", nan],                # a whole number of bytes
+    "mapping": [3, "x", ["a"]],                     # a mapping
+    "path": [3, 2.5],                               # a path
+}
+
+
+def _device_values() -> list[Any]:
+    """Devices that do not exist here: always "tpu" and a float; "cuda" and "cuda:7" when they are absent."""
+    values: list[Any] = ["tpu", 3.5]
+    try:
+        import torch
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except ImportError:
+        n = 0
+    if n == 0:
+        values.append("cuda")
+    if n < 8:
+        values.append("cuda:7")
+    return values
+
+
+# ---------------------------------------------------------------------------------------------- one public call
+@dataclass(frozen=True)
+class Case:
+    """A public call: ``call(**good)`` is a valid call; each parameter of ``bad`` gets its bad values in turn."""
+
+    name: str
+    call: Callable[..., Any]
+    good: Mapping[str, Any]
+    bad: Mapping[str, str | Sequence[Any]]
+    limit_s: float = 20.0
+    gpu_only: bool = False      # without a CUDA GPU the valid call raises a RuntimeError saying a GPU is needed
+
+
+@dataclass(frozen=True)
+class Attempt:
+    case: str
+    param: str
+    value: Any
+    outcome: str            # clear | obscure | silent | hang
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Sweep:
+    attempts: tuple[Attempt, ...]
+    cases: int
+    seconds: float
+
+    def count(self, outcome: str) -> int:
+        return sum(a.outcome == outcome for a in self.attempts)
+
+    def __repr__(self) -> str:
+        n = len(self.attempts)
+        head = (f"{n} bad inputs against {self.cases} public calls in {self.seconds:.0f} s: "
+                f"{self.count('clear')} clear ({100 * self.count('clear') / max(n, 1):.1f}%), "
+                f"{self.count('obscure')} obscure, {self.count('silent')} silent, {self.count('hang')} hung")
+        rest = [f"  {a.outcome:8s} {a.case}({a.param}={a.value!r}): {a.detail}" for a in self.attempts
+                if a.outcome != "clear"]
+        return "\n".join([head, *rest])
+
+
+class _Hung(BaseException):
+    """Raised by the alarm: BaseException, so a library's ``except Exception`` cannot swallow it."""
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float) -> Iterator[None]:
+    if not hasattr(signal, "setitimer"):        # pragma: no cover - Windows
+        yield
+        return
+
+    def ring(signum, frame):
+        raise _Hung()
+
+    old = signal.signal(signal.SIGALRM, ring)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _names(exc: BaseException, param: str, value: Any) -> bool:
+    text = str(exc)
+    if param in text:
+        return True
+    texts = [value] if isinstance(value, str) else [v for v in value if isinstance(v, str)] \
+        if isinstance(value, (list, tuple)) else []
+    return any(len(v) >= 3 and repr(v) in text for v in texts)
+
+
+def _clear_types() -> tuple[type[BaseException], ...]:
+    from gpulab.distributed.results import DistributedError
+    return (TypeError, ValueError, LookupError, DistributedError)
+
+
+def attempt(case: Case, param: str, value: Any) -> Attempt:
+    kwargs = {**case.good, param: value}
+    try:
+        with _time_limit(case.limit_s):
+            case.call(**kwargs)
+    except _Hung:
+        return Attempt(case.name, param, value, "hang", f"still running after {case.limit_s:.0f} s")
+    except _clear_types() as e:
+        if _names(e, param, value):
+            return Attempt(case.name, param, value, "clear")
+        return Attempt(case.name, param, value, "obscure", f"{type(e).__name__}: {str(e)[:160]}")
+    except RuntimeError as e:      # a GPU-only call on a machine without one: clear when it names the argument
+        if case.gpu_only and _names(e, param, value):
+            return Attempt(case.name, param, value, "clear")
+        return Attempt(case.name, param, value, "obscure", f"{type(e).__name__}: {str(e)[:160]}")
+    except Exception as e:  # noqa: BLE001 - classifying every failure is the point
+        return Attempt(case.name, param, value, "obscure", f"{type(e).__name__}: {str(e)[:160]}")
+    return Attempt(case.name, param, value, "silent", "accepted")
+
+
+def bad_values(spec: str | Sequence[Any]) -> list[Any]:
+    if isinstance(spec, str):
+        return _device_values() if spec == "device" else list(KINDS[spec])
+    return list(spec)
+
+
+def check_good(case: Case) -> str | None:
+    """Why ``case``'s valid call fails (None when it works): a sweep is only meaningful from a valid call."""
+    try:
+        with _time_limit(case.limit_s):
+            case.call(**case.good)
+    except RuntimeError as e:
+        if case.gpu_only and not _has_cuda() and "GPU" in str(e):
+            return None
+        return f"{case.name}: {type(e).__name__}: {e}"
+    except BaseException as e:  # noqa: BLE001
+        return f"{case.name}: {type(e).__name__}: {e}"
+    return None
+
+
+def sweep(cases: Sequence[Case] | None = None, *, only: str | None = None) -> Sweep:
+    cases = cases_() if cases is None else cases
+    if only:
+        cases = [c for c in cases if only in c.name]
+    t0 = time.perf_counter()
+    out = [attempt(c, p, v) for c in cases for p, spec in c.bad.items() for v in bad_values(spec)]
+    return Sweep(tuple(out), len(cases), time.perf_counter() - t0)
+
+
+# ---------------------------------------------------------------------------------------------- fixtures (built once)
+@functools.lru_cache(maxsize=None)
+def fx() -> dict[str, Any]:
+    """Small valid objects the calls need: tensors, measurements, a trace, a profile, a loader run."""
+    import torch
+
+    import gpulab as gl
+
+    x = torch.ones(16, 16)
+    mm = lambda: x @ x   # noqa: E731
+    a = gl.benchmark(mm, label="a", warmup=1, min_run_time=0.02, warn_noisy=False)
+    b = gl.benchmark(mm, label="b", warmup=1, min_run_time=0.02, warn_noisy=False)
+    with gl.Monitor(interval=0.02, gpus=False) as mon:
+        time.sleep(0.15)
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    run = gl.measure_loader([torch.ones(2, 4)] * 3, label="a", warmup_batches=0)
+    run_b = gl.measure_loader([torch.ones(2, 4)] * 3, label="b", warmup_batches=0)
+    prof = gl.profile(mm, steps=1, warmup=1, trace=False, label="a", count_work=False)
+    prof_b = gl.profile(mm, steps=1, warmup=1, trace=False, label="b", count_work=False)
+    limits = gl.machine_limits(dtypes=["float32"], sizes=[64], copy_bytes=1 << 20, min_run_time=0.02)
+    return dict(x=x, mm=mm, a=a, b=b, cmp=gl.compare([a, b], baseline="a"), trace=mon.trace, model=model,
+                opt=opt, run=run, run_b=run_b, prof=prof, prof_b=prof_b, limits=limits)
+
+
+def _monitor_call(method: str) -> Callable[..., Any]:
+    def call(**kw: Any) -> Any:
+        import gpulab as gl
+        with gl.Monitor(interval=0.05, gpus=False) as mon:
+            target = getattr(mon, method)
+            if method == "phase":
+                with target(**kw):
+                    pass
+            else:
+                target(**kw)
+    return call
+
+
+def _monitor_stop(**kw: Any) -> Any:
+    """``stop(timeout=...)`` of a running Monitor; it is stopped in any case, so no sampling thread is left behind."""
+    import gpulab as gl
+    mon = gl.Monitor(gpus=False).start()
+    try:
+        return mon.stop(**kw)
+    finally:
+        mon.stop()
+
+
+def _ctx(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A context-manager API called as a user would: entering it is the call."""
+    def call(**kw: Any) -> Any:
+        with fn(**kw):
+            pass
+    return call
+
+
+def _step(n: int) -> Any:
+    import torch
+    return torch.ones(n, 4).sum()
+
+
+# ---------------------------------------------------------------------------------------------- the public calls
+def cases_() -> list[Case]:  # noqa: PLR0915 - one table
+    import gpulab as gl
+    from gpulab import compiling, data, distributed, kernels, limits, memory, profiling, roofline, streams
+    from gpulab import timing, tracking, transfer
+
+    f = fx
+    C = Case
+    return [
+        # set-up and diagnosis
+        C("setup", gl.setup, {}, {"seed": [-1, 2.5, "0", True], "quiet": "flag"}),
+        C("by_device", gl.by_device, {"cpu": 1, "cuda": 2}, {"mps": ["x"]}),
+        C("device", gl.device, {}, {"prefer": ["tpu", "cuda:7", 3, "cuda"] if not _has_cuda() else ["tpu", 3]}),
+        C("system_info", gl.system_info, {}, {"frameworks": [3, "torch", ["jax"]]}),
+        C("doctor", gl.doctor, {"frameworks": ("torch",)}, {"frameworks": [3, "torch", ["jax"]]}),
+        C("device_query", gl.device_query, {}, {"device": ["tpu", 3.5], "compare": [3, ["Voodoo 2"]]}),
+        # timing
+        C("benchmark", lambda **k: gl.benchmark(f()["mm"], **k), {"min_run_time": 0.02, "warmup": 1, "warn_noisy": False},
+          {"label": "text", "warmup": "count0", "min_run_time": "pos", "items": "pos", "flops": "pos0",
+           "bytes_moved": "pos0", "device": "device", "num_threads": "count", "description": "text",
+           "warn_noisy": "flag"}),
+        C("benchmark(fn)", gl.benchmark, {"fn": f()["mm"], "min_run_time": 0.02}, {"fn": "fn"}),
+        C("benchmark_interleaved", gl.benchmark_interleaved,
+          {"fns": {"a": lambda: None, "b": lambda: None}, "min_run_time": 0.02},
+          {"fns": [3, {"a": 3}, {}, ["a"]], "min_run_time": "pos", "warmup": "count0", "items": [-1, nan, "1", {"z": 1}],
+           "flops": [-1, nan, {"z": 1}], "device": "device", "min_rounds": "count", "max_rounds": "count",
+           "block_s": "pos"}),
+        C("timer", _ctx(gl.timer), {}, {"label": "text", "device": "device"}),
+        C("compare", gl.compare, {"measurements": [f()["a"], f()["b"]], "baseline": "a"},
+          {"measurements": [3, [], [3]], "baseline": ["zzz", 3], "title": "text", "peak_flops": "pos",
+           "peak_bandwidth": "pos", "setup_s": [3, {"zzz": 1.0}, {"a": -1.0}, {"a": nan}],
+           "published_figures": [3, {"zzz": "amp-pytorch"}, {"a": "no-such-figure"}]}),
+        C("published", gl.published, {"key": "amp-pytorch"}, {"key": ["no-such-figure", 3]}),
+        C("gpu_spec", gl.gpu_spec, {"name": "T4"}, {"name": ["Voodoo 2", 3]}),
+        C("machine_limits", gl.machine_limits,
+          {"dtypes": ["float32"], "sizes": [64], "copy_bytes": 1 << 20, "min_run_time": 0.02},
+          {"device": "device", "dtypes": [3, "float32", ["float7"]], "sizes": [[0], [-8], [1.5], "64", 64],
+           "copy_bytes": "bytes", "min_run_time": "pos", "refresh": "flag"}),
+        C("count_flops", gl.count_flops, {"fn": lambda: None}, {"fn": "fn"}),
+        C("attainable_flops", gl.attainable_flops, {"intensity": 1.0, "peak_flops": 1e12, "bandwidth": 1e11},
+          {"intensity": [-1.0, nan, "1"], "peak_flops": "pos", "bandwidth": "pos"}),
+        C("fit_amdahl", gl.fit_amdahl, {"workers": [1, 2], "times_s": [1.0, 0.6]},
+          {"workers": [[1], [2, 4], [0, 2], "12", 3, [1, 2, 3]], "times_s": [[1.0], [1.0, nan], [1.0, -1.0], "12", 3]}),
+        C("plot_roofline", gl.plot_roofline, {"peak_flops": 1e12, "bandwidth": 1e11},
+          {"peak_flops": "pos", "bandwidth": "pos", "points": [3, [("a", -1.0, 1.0)], [("a", 1.0)], [("a", nan, 1.0)]],
+           "label": "text", "gpus": [3, "T4", ["Voodoo 2"]], "extra_peaks": [3, {"x": -1.0}]}),
+        C("choose_precision", gl.choose_precision, {}, {"info": [3, "cuda"], "gpu": ["Voodoo 2", 3]}),
+        # telemetry and profiling
+        C("Monitor", lambda **k: gl.Monitor(**k), {},
+          {"interval": "pos", "live": "flag", "gpus": "flag", "live_every_s": "pos", "on_sample": [3, "fn"]}),
+        C("Monitor.mark", _monitor_call("mark"), {"name": "x"}, {"name": [3, None, ""]}),
+        C("Monitor.phase", _monitor_call("phase"), {"name": "x"}, {"name": [3, None, ""]}),
+        C("Monitor.stop", _monitor_stop, {}, {"timeout": "pos"}),
+        C("Trace.device_frame", lambda **k: f()["trace"].device_frame(**k), {"device": "host"}, {"device": [3, "gpu9"]}),
+        C("Trace.to_csv", lambda **k: f()["trace"].to_csv(**k), {"path": _tmp_root() + "/x.csv"}, {"path": "path"}),
+        C("Trace.samples", lambda **k: f()["trace"].samples(**k), {"device": "host"}, {"device": [3, "gpu9"]}),
+        C("Trace.failed_share", lambda **k: f()["trace"].failed_share(**k), {"device": "host"}, {"device": [3, "gpu9"]}),
+        C("Trace.to_tensorboard", lambda **k: f()["trace"].to_tensorboard(**k), {"logdir": _tmp_root() + "/tb"},
+          {"logdir": "path"}),
+        C("Trace.plot", lambda **k: f()["trace"].plot(**k), {}, {"fig": [3, "fig"], "tight": "flag"}),
+        C("profile", lambda **k: gl.profile(f()["mm"], **k), {"steps": 1, "warmup": 0, "trace": False, "count_work": False},
+          {"steps": "count", "warmup": "count0", "label": "text", "memory": "flag", "record_shapes": "flag",
+           "trace": "flag", "trace_dir": "path", "device": "device", "limits": [3, "cpu"], "count_work": "flag"}),
+        C("profile(fn)", gl.profile, {"fn": f()["mm"], "steps": 1, "trace": False, "count_work": False}, {"fn": "fn"}),
+        C("phase", _ctx(gl.phase), {"name": "x"}, {"name": [3, None, ""]}),
+        C("compare_profiles", gl.compare_profiles, {"summaries": [f()["prof"], f()["prof_b"]]},
+          {"summaries": [3, [], [3]], "baseline": ["zzz", 3], "timings": [3, {"zzz": 1.0}]}),
+        # memory
+        C("peak_memory", lambda **k: gl.peak_memory(f()["mm"], **k), {}, {"device": "device"}),
+        C("peak_memory(fn)", gl.peak_memory, {"fn": f()["mm"]}, {"fn": "fn"}),
+        C("memory_budget", _ctx(gl.memory_budget), {"budget_bytes": 1 << 30}, {"budget_bytes": "bytes", "label": "text"}),
+        C("breakdown", lambda **k: gl.breakdown(**k),
+          {"model": f()["model"], "optimizer": f()["opt"], "batch": _batch()},
+          {"model": [3, "model"], "optimizer": [3, "adam"], "batch": [3, "x"], "loss_fn": [3, "mse"],
+           "autocast_dtype": ["bf16", 3]}),
+        C("estimate", gl.estimate, {"model_fn": lambda: _linear(), "batch_fn": _batch_n, "batch_size": 2},
+          {"model_fn": "fn", "batch_fn": "fn", "batch_size": "count", "optimizer": "choice",
+           "autocast_dtype": ["bf16", 3], "context_bytes": "bytes"}),
+        C("find_max_batch_size", gl.find_max_batch_size,
+          {"step": _step, "start": 2, "limit": 8, "budget": 1 << 30, "time_trials": False},
+          {"step": "fn", "start": "count", "limit": [0, -1, 2.5, "8", 1], "budget": "bytes", "device": "device",
+           "margin": [0, -0.5, 1.5, nan, "0.9"], "time_trials": "flag", "min_run_time": "pos", "max_trials": "count"}),
+        C("explain_oom", gl.explain_oom, {"exc": "CUDA out of memory. Tried to allocate 2.00 GiB"},
+          {"exc": [3, None], "capacity_bytes": "bytes", "device": ["tpu", 3.5], "scan_references": "flag",
+           "loss_fn": [3, "mse"]}),
+        C("free_memory", gl.free_memory, {}, {"device": "device"}),
+        # data loading and launching
+        C("measure_loader", gl.measure_loader, {"loader": [f()["x"]] * 2, "warmup_batches": 0},
+          {"loader": [3, None], "step": [3, "fn"], "label": "text", "epochs": "count", "warmup_batches": "count0",
+           "max_batches": "count", "max_s": "pos",
+           "device": "device", "non_blocking": "flag", "monitor": [3, "mon"], "description": "text"}),
+        C("compare_loaders", gl.compare_loaders, {"runs": [f()["run"], f()["run_b"]], "baseline": "a"},
+          {"runs": [3, [], [3]], "baseline": ["zzz", 3], "title": "text",
+           "limit_items_per_s": [-1.0, nan, "1", {"zzz": 1.0}], "published": [3, {"zzz": "amp-pytorch"}]}),
+        C("launch", gl.launch, {"script": "gpulab.course.scripts.ddp_train", "nproc": 1, "timeout_s": 60},
+          {"script": [3, "", "no_such_script.py"], "nproc": "count", "nnodes": "count", "backend": ["mpi", 3],
+           "timeout_s": "pos", "echo": [3, "print"], "env": [3, {"A": 1}], "threads_per_process": "count",
+           "keep_logs": "flag"}, limit_s=30),
+        C("torchrun_command", gl.torchrun_command, {"script": "gpulab.course.scripts.ddp_train"},
+          {"script": [3, ""], "args": ["--steps 5", 3, [None], [["a"]]], "nproc": "count", "nnodes": "count",
+           "rdzv_endpoint": [3, ""], "rdzv_id": [3, ""], "log_dir": [3], "python": [3],
+           "check_script": "flag", "module": "flagopt"}),
+        # methods of the results
+        C("Comparison.measurement", lambda **k: f()["cmp"].measurement(**k), {"label": "a"}, {"label": ["zzz", 3]}),
+        C("Comparison.speedup", lambda **k: f()["cmp"].speedup(**k), {"label": "a"}, {"label": ["zzz", 3]}),
+        C("Comparison.break_even_calls", lambda **k: f()["cmp"].break_even_calls(**k), {"label": "a"},
+          {"label": ["zzz", 3]}),
+        C("Comparison.plot", lambda **k: f()["cmp"].plot(**k), {}, {"metric": ["nonsense", 3], "ax": [3, "ax"]}),
+        C("Measurement.fraction_of", lambda **k: f()["a"].fraction_of(**k), {"peak_per_s": 1e12},
+          {"peak_per_s": "pos", "kind": ["nonsense", 3]}),
+        C("MachineLimits.peak_flops", lambda **k: f()["limits"].peak_flops(**k), {}, {"dtype": ["float7", 3]}),
+        C("MachineLimits.ridge_point", lambda **k: f()["limits"].ridge_point(**k), {}, {"dtype": ["float7", 3]}),
+        C("MachineLimits.has", lambda **k: f()["limits"].has(**k), {"dtype": "float32"}, {"dtype": [3, None]}),
+        # one level down
+        C("limits.measure_matmul", limits.measure_matmul, {"n": 32, "min_run_time": 0.02, "warmup": 1},
+          {"n": "count", "dtype": ["float7", 3], "device": "device", "min_run_time": "pos", "warmup": "count0"}),
+        C("limits.measure_bandwidth", limits.measure_bandwidth, {"nbytes": 1 << 16, "min_run_time": 0.02, "warmup": 1},
+          {"nbytes": [0, -1, 1.5, "1MiB", nan], "device": "device", "min_run_time": "pos", "warmup": "count0"}),
+        C("limits.step_matmul_ceiling", lambda step, **k: limits.step_matmul_ceiling(step, _batch()[0], **k),
+          {"step": f()["model"], "min_run_time": 0.02},
+          {"step": [3, "model"], "min_run_time": "pos"}),
+        C("transfer.measure_transfer", transfer.measure_transfer, {"nbytes": 1 << 16, "min_run_time": 0.02},
+          {"nbytes": [0, -1, 1.5, "1MiB", nan], "pinned": "flag", "non_blocking": "flag", "device": "device",
+           "direction": "choice", "until": "choice", "min_run_time": "pos", "warmup": "count0", "min_runs": "count"}),
+        C("transfer.find_host_syncs", transfer.find_host_syncs, {"fn": lambda: None}, {"fn": "fn", "label": "text"}),
+        C("timing.repeat_for", timing.repeat_for, {"seconds": 0.01, "fn": lambda: None},
+          {"seconds": "pos", "fn": "fn", "device": "device"}),
+        C("timing.synchronize", timing.synchronize, {}, {"device": "device"}),
+        C("roofline.ridge_point", roofline.ridge_point, {"peak_flops": 1e12, "bandwidth": 1e11},
+          {"peak_flops": "pos", "bandwidth": "pos"}),
+        C("roofline.amdahl_speedup", roofline.amdahl_speedup, {"parallel_fraction": 0.9, "workers": 4},
+          {"parallel_fraction": [-0.1, 1.5, nan, "0.9"], "workers": [0, -1, "4", nan]}),
+        C("memory.memory_growth", memory.memory_growth, {"step": lambda: None, "steps": 2},
+          {"step": "fn", "steps": "count", "device": "device", "label": "text"}),
+        C("memory.smaller_card", _ctx(memory.smaller_card), {"budget_bytes": 1 << 30},
+          {"budget_bytes": "bytes", "device": "device"}),
+        C("memory.try_fixes", memory.try_fixes, {"configs": {"a": lambda: None}, "budget": 1 << 30},
+          {"configs": [3, {}, {"a": 3}], "budget": "bytes", "device": "device"}),
+        C("memory.parse_oom_message", memory.parse_oom_message, {"text": "CUDA out of memory."}, {"text": [3, None]}),
+        C("memory.graph_holders", memory.graph_holders, {}, {"min_tensors": "count"}),
+        C("profiling.nsight_commands", profiling.nsight_commands, {},
+          {"script": [3, ""], "output": [3, ""], "nvtx_range": [3, ""], "kernels": "count", "capture_range": "flag"}),
+        C("compiling.cuda_graph", compiling.cuda_graph, {"fn": lambda: None}, {"fn": "fn", "warmup": "count0"},
+          gpu_only=True),
+        C("compiling.compile_report", lambda **k: compiling.compile_report(**k),
+          {"fn": lambda: None, "min_run_time": 0.02},
+          {"fn": "fn", "label": "text", "backend": ["nonsense", 3], "mode": ["nonsense", 3], "dynamic": "flagopt",
+           "fullgraph": "flag", "explain": "flag", "min_run_time": "pos"}),
+        C("streams.model_streams", streams.model_streams, {"tasks": [_task()]},
+          {"tasks": [3, [3]], "gpu": ["Voodoo 2", 3], "launch_s": "pos0"}),
+        C("streams.measure_streams", streams.measure_streams, {"tasks": [_task()]},
+          {"tasks": [3, [3]], "device": "device", "repeats": "count"}, gpu_only=True),
+        C("kernels.check_kernel", kernels.check_kernel, {"actual": f()["x"], "expected": f()["x"]},
+          {"atol": "pos0", "rtol": "pos0", "label": "text", "actual": [3, "x"]}),
+        C("kernels.bench_kernel", kernels.bench_kernel, {"fn": lambda: None, "label": "k", "min_run_time": 0.02},
+          {"fn": "fn", "label": [3, None], "device": "device", "bytes_moved": "pos0", "flops": "pos0",
+           "min_run_time": "pos", "rep_ms": "count"}),
+        C("kernels.kernel_roofline", kernels.kernel_roofline, {"kernels": [kernels.KernelWork("k", 1e6, 1e6)]},
+          {"kernels": [3, [3]], "gpu": ["Voodoo 2", 3]}),
+        C("distributed.shard_indices", distributed.shard_indices, {"n_items": 10, "world_size": 2},
+          {"n_items": "count0", "world_size": "count", "seed": [2.5, "0", nan], "epoch": "count0",
+           "shuffle": "flag", "drop_last": "flag"}),
+        C("distributed.allreduce_seconds", distributed.allreduce_seconds, {"nbytes": 1e6, "link_bytes_per_s": 1e9},
+          {"nbytes": "pos0", "link_bytes_per_s": "pos", "workers": "count"}),
+        C("distributed.scaling", distributed.scaling, {"runs": {"1": (1, 1.0), "2": (2, 0.6)}, "baseline": "1"},
+          {"runs": [3, {}, {"1": (0, 1.0)}, {"1": (1, -1.0)}, {"1": (1, nan)}], "baseline": ["zzz", 3],
+           "published": [3, {"zzz": 1}], "title": "text"}),
+        C("distributed.default_backend", distributed.default_backend, {}, {"processes_per_machine": "count"}),
+        C("data.measure_loaders", data.measure_loaders, {"loaders": {"a": [f()["x"]] * 2}, "warmup_batches": 0},
+          {"loaders": [3, {}, {"a": 3}], "step": [3, "fn"], "rounds": "count", "epochs": "count",
+           "max_batches": "count", "max_s": "pos",
+           "warmup_batches": "count0", "device": "device", "non_blocking": ["yes", {"zzz": True}]}),
+        C("data.check_batches", data.check_batches, {"a": _pair(), "b": _pair()},
+          {"a": [3, (1,)], "b": [3, (1,)], "names": [3, ("a",)], "atol": "pos0"}),
+        C("tracking.track", _ctx(tracking.track), {"name": "r", "root": _tmp_root(), "mlflow": False},
+          {"name": [3, ""], "params": [3, ["a"]], "experiment": [3, ""], "root": "path", "tensorboard": "flag",
+           "mlflow": "flag", "tags": [3, {"a": 1}]}),
+        C("tracking.runs", tracking.runs, {"root": _tracked_root()}, {"experiment": [3, ""], "root": "path"}),
+        C("tracking.ui_commands", tracking.ui_commands, {"root": _tmp_root()},
+          {"root": "path", "mlflow_port": [0, -1, 70000, "5000", 2.5], "tensorboard_port": [0, -1, 70000, "6006"]}),
+    ]
+
+
+def _has_cuda() -> bool:
+    try:
+        import torch
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
+def _linear() -> Any:
+    import torch
+    return torch.nn.Linear(4, 2)
+
+
+def _batch_n(n: int) -> Any:
+    import torch
+    return (torch.ones(n, 4), torch.zeros(n, dtype=torch.long))
+
+
+def _batch() -> Any:
+    return _batch_n(2)
+
+
+def _pair() -> Any:
+    import torch
+    return (torch.ones(2, 3), torch.zeros(2, dtype=torch.long))
+
+
+def _task() -> Any:
+    from gpulab.streams import StreamTask
+    return StreamTask("k", "s", "kernel", fn=lambda: None, flops=10**6, bytes_moved=10**6)
+
+
+@functools.lru_cache(maxsize=None)
+def _tracked_root() -> str:
+    """A runs folder with one logged MLflow run (``tracking.runs`` reads an existing store)."""
+    from gpulab import tracking
+    root = _tmp_root() + "/tracked"
+    with tracking.track("r", root=root, tensorboard=False) as run:
+        run.log_metrics({"x": 1.0}, step=0)
+    return root
+
+
+@functools.lru_cache(maxsize=None)
+def _tmp_root() -> str:
+    import tempfile
+    return tempfile.mkdtemp(prefix="gpulab-sweep-")
+
+
+if __name__ == "__main__":
+    import os
+    os.chdir(_tmp_root())
+    only = sys.argv[1] if len(sys.argv) > 1 else None
+    for c in cases_():
+        if only is None or only in c.name:
+            why = check_good(c)
+            if why:
+                print("GOOD CALL FAILS:", why)
+    print(sweep(only=only))

@@ -1,0 +1,45 @@
+"""The guard for bad input: every public call, given a table of bad values per parameter kind
+(``tests/badinput.py``), refuses each with a ``TypeError``/``ValueError`` (or gpulab's own error) naming the
+parameter; none is accepted as if it made sense, none hangs. ``python tests/badinput.py`` prints the details."""
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+import badinput
+import gpulab as gl
+
+# results made by a function of the face, not built by hand: their constructors are checked in their own tests
+RESULTS = {"Measurement", "Comparison", "MachineLimits", "Trace"}
+
+
+def test_every_public_call_of_the_face_is_in_the_sweep():
+    swept = {c.name.split("(")[0].split(".")[0] for c in badinput.cases_()}
+    public = {n for n in gl.__all__ if callable(getattr(gl, n)) and n not in RESULTS}
+    assert public - swept == set()
+
+
+def test_every_method_of_the_results_is_in_the_sweep():
+    swept = {c.name for c in badinput.cases_()}
+    for cls in (gl.Comparison, gl.Trace, gl.Measurement, gl.MachineLimits, gl.Monitor):
+        methods = {f"{cls.__name__}.{k}" for k, v in vars(cls).items() if not k.startswith("_") and callable(v)
+                   and len(inspect.signature(v).parameters) > 1}       # a method taking arguments
+        assert methods - swept == set(), cls.__name__
+
+
+def test_each_valid_call_of_the_sweep_works():
+    """A bad value is only refused for the right reason when the same call with good values works."""
+    assert [why for c in badinput.cases_() if (why := badinput.check_good(c))] == []
+
+
+@pytest.mark.slow
+def test_bad_input_is_refused_clearly(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = badinput.sweep()
+    print(result)
+    n = len(result.attempts)
+    assert n >= 400 and result.cases >= 80
+    assert result.count("hang") == 0, result
+    assert result.count("silent") == 0, result
+    assert result.count("clear") / n >= 0.99, result
