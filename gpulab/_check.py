@@ -20,8 +20,9 @@ import math
 import os
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
-__all__ = ["whole", "positive", "flag", "per_label", "table_rows", "text", "callable_arg", "path_arg", "mapping",
-           "nbytes", "cuda_hidden_by_env", "device_arg", "checked", "one_of", "texts", "rows_arg", "axes"]
+__all__ = ["whole", "positive", "flag", "per_label", "rows_arg", "table_rows", "text", "callable_arg", "path_arg",
+           "mapping", "nbytes", "number_array", "texts", "axes", "cuda_hidden_by_env", "device_arg",
+           "install_hint", "checked"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -200,7 +201,7 @@ def device_arg(name: str, value: Any, *, here: bool = True) -> Any:
     return value
 
 
-def numbers(name: str, value: Any, *, low: float = 0.0, allow_low: bool = True) -> Any:
+def number_array(name: str, value: Any, *, low: float = 0.0, allow_low: bool = True) -> Any:
     """``value`` (one number or an array-like of numbers) as a float array, every entry finite and ``>= low``
     (``> low`` with ``allow_low=False``); a text is refused, not parsed."""
     import numpy as np
@@ -216,13 +217,6 @@ def numbers(name: str, value: Any, *, low: float = 0.0, allow_low: bool = True) 
     if not np.all(np.isfinite(arr)) or np.any(arr < low) or (not allow_low and np.any(arr == low)):
         raise ValueError(f"{name} must be finite numbers {bound}, got {value!r:.60}")
     return arr
-
-
-def one_of(name: str, value: Any, allowed: Sequence[Any]) -> Any:
-    """``value`` as one of ``allowed``."""
-    if isinstance(value, bool) or value not in list(allowed):
-        raise ValueError(f"{name} must be one of {list(allowed)}, got {value!r}")
-    return value
 
 
 def texts(name: str, value: Any, allowed: Sequence[str] | None = None) -> tuple[str, ...]:
@@ -303,11 +297,12 @@ def checked(_needs: str | None = None, **kinds: str) -> Callable[[F], F]:
 
     Kinds: ``count`` (whole >= 1), ``count0`` (>= 0), ``pos``/``pos0`` (finite > 0 / >= 0), ``flag``, ``text``,
     ``name`` (non-empty text), ``fn``, ``path``, ``mapping``, ``bytes``/``bytes1`` (whole bytes >= 0 / >= 1),
-    ``device``; a trailing ``?`` also allows ``None``. Applied outside ``@contextmanager``, a context manager's
-    arguments are checked when it is called, before ``with`` enters it. An optional package the function
-    imports and that is missing (torch, TensorFlow, DALI, MLflow) is one ``ImportError`` naming the
-    ``pip install`` that adds it (the packages of gpulab's extra); ``_needs="torch"`` checks for it before the call (for a
-    context manager, whose body runs later).
+    ``device`` (one this process can use), ``devspec`` (spelled as a device), ``axes``; a trailing ``?`` also
+    allows ``None``. Applied outside ``@contextmanager``, a context manager's arguments are checked when it is
+    called, before ``with`` enters it. An optional package the function imports and that is missing (torch,
+    TensorFlow, DALI, MLflow) is one ``ImportError`` naming the ``pip install`` that adds it (the packages of
+    gpulab's extra); ``_needs="torch"`` checks for it before the call (for a context manager, whose body runs
+    later).
 
     >>> @checked(n="count")
     ... def twice(n): return 2 * n

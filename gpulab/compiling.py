@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._check import checked, one_of
+from ._check import checked
 from ._format import fmt_number, fmt_seconds, html_table, text_table
 from .timing import Measurement
 

@@ -19,7 +19,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from ._check import callable_arg, checked, nbytes as _nbytes, one_of, positive, texts, whole
+from ._check import checked, nbytes as _nbytes, texts, whole
 from ._format import fmt_bytes, fmt_flops, fmt_rate, html_table, text_table
 from .timing import Env, Measurement, benchmark
 

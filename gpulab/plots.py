@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ._check import axes, mapping, numbers, positive, text, texts
+from ._check import axes, mapping, number_array, positive, text, texts
 from .reference import GPU_SPECS, gpu_spec
 from .roofline import AmdahlFit, attainable_flops
 
@@ -43,7 +43,7 @@ def plot_roofline(peak_flops: float, bandwidth: float, points: Sequence[tuple[st
     for p in points:
         if not isinstance(p, (list, tuple)) or len(p) != 3 or not isinstance(p[0], str):
             raise ValueError(f"points: each point is (name, intensity in FLOP/byte, achieved FLOP/s), got {p!r:.60}")
-        numbers(f"points[{p[0]!r}]", p[1:], low=0.0, allow_low=False)
+        number_array(f"points[{p[0]!r}]", p[1:], low=0.0, allow_low=False)
     axes("ax", ax)
     import matplotlib.pyplot as plt
     import numpy as np

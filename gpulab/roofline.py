@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from ._check import callable_arg, checked, numbers, positive
+from ._check import callable_arg, checked, number_array, positive
 from ._format import html_table, text_table
 
 __all__ = ["attainable_flops", "ridge_point", "count_flops", "amdahl_speedup", "fit_amdahl", "AmdahlFit"]
@@ -32,7 +32,7 @@ def attainable_flops(intensity: Any, peak_flops: float, bandwidth: float) -> Any
     positive("bandwidth", bandwidth, unit="bytes/s")
     import numpy as np
 
-    out = np.minimum(peak_flops, numbers("intensity", intensity) * bandwidth)
+    out = np.minimum(peak_flops, number_array("intensity", intensity) * bandwidth)
     return float(out) if np.ndim(out) == 0 else out
 
 
@@ -68,9 +68,7 @@ def amdahl_speedup(parallel_fraction: float, workers: Any) -> Any:
         raise ValueError(f"parallel_fraction must be within [0, 1], got {parallel_fraction!r}")
     import numpy as np
 
-    n = numbers("workers", workers, low=1.0)
-    if np.any(n < 1):
-        raise ValueError("workers must be >= 1")
+    n = number_array("workers", workers, low=1.0)
     out = 1.0 / ((1.0 - parallel_fraction) + parallel_fraction / n)
     return float(out) if np.ndim(out) == 0 else out
 
@@ -132,8 +130,7 @@ def fit_amdahl(workers: Sequence[int], times_s: Sequence[float]) -> AmdahlFit:
     import numbers
 
     for name, value in (("workers", workers), ("times_s", times_s)):
-        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple, range)) and \
-                type(value).__name__ != "ndarray":
+        if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
             raise TypeError(f"{name} must be a list of numbers, one per run, got {value!r:.60}")
     workers, times_s = tuple(workers), tuple(times_s)
     for n in workers:

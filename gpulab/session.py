@@ -13,7 +13,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ._check import checked, flag
+from ._check import flag, whole
 from ._tf import QUIET_ENV
 from .system import device_kind
 
@@ -80,9 +80,8 @@ def setup(seed: int | None = 0, quiet: bool = True) -> Session:
     PyTorch's compiler (tensorflow/tensorflow#124205); without a CUDA GPU it is loaded in interpreter mode
     (``TRITON_INTERPRET=1`` unless set), the only way Triton kernels run on a CPU.
     """
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32):
-        raise (TypeError if not isinstance(seed, int) or isinstance(seed, bool) else ValueError)(
-            f"seed must be a whole number from 0 to 2**32 - 1, or None (no seeding), got {seed!r}")
+    if seed is not None and whole("seed", seed, low=0) >= 2**32:
+        raise ValueError(f"seed must be a whole number from 0 to 2**32 - 1, or None (no seeding), got {seed!r}")
     flag("quiet", quiet)
     if quiet:
         for k, v in QUIET_ENV.items():

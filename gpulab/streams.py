@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Sequence
 
-from ._check import checked, device_arg, install_hint, positive, whole
+from ._check import device_arg, install_hint, positive, whole
 from ._format import fmt_bytes, fmt_flops, fmt_rate, fmt_seconds, html_table, text_table
 from ._spans import covered, merge_spans
 

@@ -344,11 +344,11 @@ def benchmark(fn: Callable[..., Any], *args: Any, label: str | None = None, warm
                          bytes_moved=bytes_moved, description=description, gpu_state=gpu_state)
     if result.throttled:
         warnings.warn(f"{label}: the GPU's clocks were slowed by power or thermal limits while timing "
-                      f"({gpu_state}); figures are below what the card can do", UserWarning, stacklevel=2)
+                      f"({gpu_state}); figures are below what the card can do", UserWarning, stacklevel=3)
     if warn_noisy and result.noisy:
         warnings.warn(f"{label}: IQR is {result.relative_iqr:.0%} of the median over {result.runs} runs - "
                       "the machine was busy or the workload varies; re-run, or compare medians only "
-                      "with care", NoisyMeasurementWarning, stacklevel=2)
+                      "with care", NoisyMeasurementWarning, stacklevel=3)   # 3: the caller of @checked's wrapper
     return result
 
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
 from ._format import fmt_bytes, html_table, text_table
-from ._check import callable_arg, checked, flag, positive, whole
+from ._check import checked, flag, positive, whole
 from .timing import Measurement, environment, synchronize
 
 __all__ = ["measure_transfer", "find_host_syncs", "SyncReport", "SyncPoint", "SYNC_KINDS"]

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.util
 import math
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 nan, inf = math.nan, math.inf
@@ -417,10 +418,12 @@ def cases_() -> list[Case]:  # noqa: PLR0915 - one table
            "warmup_batches": "count0", "device": "device", "non_blocking": ["yes", {"zzz": True}]}),
         C("data.check_batches", data.check_batches, {"a": _pair(), "b": _pair()},
           {"a": [3, (1,)], "b": [3, (1,)], "names": [3, ("a",)], "atol": "pos0"}),
+    ] + ([] if importlib.util.find_spec("mlflow") is None else [       # the lean compat venv has no MLflow
         C("tracking.track", _ctx(tracking.track), {"name": "r", "root": _tmp_root(), "mlflow": False},
           {"name": [3, ""], "params": [3, ["a"]], "experiment": [3, ""], "root": "path", "tensorboard": "flag",
            "mlflow": "flag", "tags": [3, {"a": 1}]}),
         C("tracking.runs", tracking.runs, {"root": _tracked_root()}, {"experiment": [3, ""], "root": "path"}),
+    ]) + [
         C("tracking.ui_commands", tracking.ui_commands, {"root": _tmp_root()},
           {"root": "path", "mlflow_port": [0, -1, 70000, "5000", 2.5], "tensorboard_port": [0, -1, 70000, "6006"]}),
     ]

@@ -20,6 +20,7 @@ import types
 import urllib.error
 from pathlib import Path
 
+import fake_dali
 import numpy as np
 import pytest
 
@@ -375,36 +376,8 @@ def test_dali_plan():
         course.dali_plan("tpu")
 
 
-class _Node:
-    def __init__(self, name, log):
-        self.name, self.log = name, log
-
-    def gpu(self):
-        self.log.append(("gpu", self.name))
-        return _Node(self.name + ".gpu()", self.log)
-
-
-def _recording_fn():
-    """A stand-in for nvidia.dali.fn with the same call shape: every operator call is recorded."""
-    log: list = []
-
-    def op(name):
-        def call(*args, **kwargs):
-            log.append((name, kwargs))
-            return (_Node("jpegs", log), _Node("labels", log)) if name == "readers.file" else _Node(name, log)
-        return call
-
-    fn = types.SimpleNamespace(readers=types.SimpleNamespace(file=op("readers.file")),
-                               decoders=types.SimpleNamespace(image=op("decoders.image")),
-                               random=types.SimpleNamespace(coin_flip=op("random.coin_flip")),
-                               random_resized_crop=op("random_resized_crop"), resize=op("resize"),
-                               crop_mirror_normalize=op("crop_mirror_normalize"))
-    dali_types = types.SimpleNamespace(RGB="RGB", GRAY="GRAY", FLOAT="FLOAT")
-    return fn, dali_types, log
-
-
 def test_dali_gpu_graph_against_a_recording_fake(shapes):
-    fn, dali_types, log = _recording_fn()
+    fn, dali_types, log = fake_dali.recording_fn()
     out, labels = pipe_mod._dali_graph(fn, dali_types, course.dali_plan("cuda:0"), shapes, 24, True, True, 5)
     calls = dict((name, kw) for name, kw in log if isinstance(kw, dict))
     assert calls["decoders.image"]["device"] == "mixed"                       # nvJPEG decode
@@ -413,7 +386,7 @@ def test_dali_gpu_graph_against_a_recording_fake(shapes):
     assert cmn["device"] == "gpu" and cmn["output_layout"] == "CHW" and cmn["dtype"] == "FLOAT"
     assert calls["readers.file"]["file_root"] == str(shapes.root) and calls["readers.file"]["name"] == "Reader"
     assert ("gpu", "labels") in log and labels.name == "labels.gpu()"         # labels follow to the GPU
-    fn, dali_types, log = _recording_fn()
+    fn, dali_types, log = fake_dali.recording_fn()
     pipe_mod._dali_graph(fn, dali_types, course.dali_plan("cpu"), shapes, 16, False, False, 0)
     calls = dict((name, kw) for name, kw in log if isinstance(kw, dict))
     assert calls["decoders.image"]["device"] == "cpu" and calls["resize"]["device"] == "cpu"

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
-import types
 
+import fake_dali
 import numpy as np
 import pytest
 import torch
@@ -115,25 +115,9 @@ def test_tf_dataset_reads_only_the_listed_files(sets):
 
 def test_the_dali_reader_is_given_the_listed_files_and_labels(sets):
     _, dirty = sets
-    calls = {}
-
-    class Node:
-        def gpu(self):
-            return self
-
-    def op(name):
-        def call(*args, **kwargs):
-            calls[name] = kwargs
-            return (Node(), Node()) if name == "readers.file" else Node()
-        return call
-
-    fn = types.SimpleNamespace(readers=types.SimpleNamespace(file=op("readers.file")),
-                               decoders=types.SimpleNamespace(image=op("decoders.image")),
-                               random=types.SimpleNamespace(coin_flip=op("random.coin_flip")),
-                               random_resized_crop=op("random_resized_crop"), resize=op("resize"),
-                               crop_mirror_normalize=op("crop_mirror_normalize"))
-    dali_types = types.SimpleNamespace(RGB="RGB", GRAY="GRAY", FLOAT="FLOAT")
+    fn, dali_types, log = fake_dali.recording_fn()
     dali_mod._dali_graph(fn, dali_types, course.dali_plan("cpu"), dirty, 16, False, False, 0)
+    calls = dict((name, kw) for name, kw in log if isinstance(kw, dict))
     reader = calls["readers.file"]
     assert reader["files"] == list(dirty.files) and reader["labels"] == list(dirty.labels)
     assert reader["file_root"] == str(dirty.root)                              # files= are relative to it

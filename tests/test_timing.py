@@ -166,3 +166,19 @@ def test_device_inferred_from_a_torch_device_argument():
     assert _infer_device((torch.device("cpu"),), {}) == "cpu"
     assert _infer_device((), {"device": torch.device("cuda", 1)}) == "cuda:1"
     assert _infer_device((3, "x"), {}) == "cpu"
+
+
+def test_a_noisy_warning_points_at_the_callers_line():
+    """benchmark is wrapped by its argument check; its warnings still name the line that called it."""
+    import warnings
+
+    calls = iter(range(10**6))
+
+    def jittery():
+        spin(0.004 if next(calls) % 2 else 0.0005)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gl.benchmark(jittery, min_run_time=0.2, warmup=1)
+    noisy = [w for w in caught if issubclass(w.category, gl.timing.NoisyMeasurementWarning)]
+    assert noisy and all(w.filename == __file__ for w in noisy), [(w.filename, w.lineno) for w in noisy]

@@ -5,7 +5,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from .._check import checked, mapping, per_label, rows_arg, table_rows, text
+from .._check import checked, mapping, per_label, rows_arg, table_rows
 from .._format import NA, TableView, fmt_number, html_table
 from ..limits import ceiling_for
 from ..reference import Published
