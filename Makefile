@@ -40,11 +40,12 @@ PYTEST_ARGS ?=
 # venv's editable install points at another clone.
 export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 
-.PHONY: install lab test unit notebooks ui doctor docs runs compat compat-install dist clean help
+.PHONY: install lab test unit notebooks ui stress doctor docs runs compat compat-install dist clean help
 
 help:
 	@echo "make lab   - install the course stack (first time: a few minutes) and start JupyterLab"
 	@echo "make test  - install if needed, then unit tests, every notebook under nbval, and the UI suite"
+	@echo "make stress - the unit tests and every notebook again with one CPU core kept busy by another process"
 	@echo "make docs  - the API reference from the docstrings, in build/docs"
 	@echo "make runs  - the MLflow UI and TensorBoard on the runs gl.tracking logged in $(RUNS)/ (localhost; Ctrl-C stops both)"
 	@echo "make compat - the unit tests against the oldest supported torch, in a second venv ($(COMPAT_VENV))"
@@ -91,6 +92,12 @@ notebooks: install
 # The UI suite is the learner's Run All: no reference solutions, so every exercise must wait, not fail.
 ui: install
 	env -u GPULAB_SOLUTIONS $(PY) -m pytest $(PYTEST_ARGS) tests/ui
+
+# The stress run: unit tests and notebooks with one core kept busy by a spinning process (tools/busy_core.py starts
+# it, stops it at the end and never leaves it behind), as on a shared runner. STRESS_CORES sets how many.
+STRESS_CORES ?= 1
+stress: install
+	$(PYTHON) tools/busy_core.py --cores $(STRESS_CORES) -- $(MAKE) --no-print-directory unit notebooks
 
 compat-install: $(COMPAT_STAMP)
 

@@ -15,6 +15,8 @@ if importlib.util.find_spec("torchvision") is None:    # not importorskip: impor
 import gpulab as gl  # noqa: E402
 from gpulab import course  # noqa: E402
 from gpulab.limits import step_matmul_ceiling  # noqa: E402
+from dataclasses import replace  # noqa: E402
+from gpulab.course.ablation import AblationStep  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +158,7 @@ def test_ablate_keeps_what_helps_and_says_why_not_otherwise():
     decisions = {s.label: (s.decision, s.reason) for s in t.steps}
     assert decisions["seed loop"][0] == "baseline" and decisions["b2"] == ("kept", "3.00x")
     assert decisions["b3 slower"] == ("dropped", "0.67x: slower")
-    assert decisions["b4 inaccurate"] == ("dropped", "3.00x, but 10.0 points less accurate")
+    assert decisions["b4 inaccurate"] == ("dropped", "3.00x, but 80.0% accurate, below the 89.0% floor")
     assert decisions["b5 noise"][0] == "dropped" and "within the noise" in decisions["b5 noise"][1]
     assert decisions["tf32"] == ("not available", "no GPU")
     assert decisions["disk"][0] == "branch" and decisions["disk"][1].startswith("0.10x the final recipe")
@@ -166,6 +168,53 @@ def test_ablate_keeps_what_helps_and_says_why_not_otherwise():
     assert "b4 inaccurate" in repr(t) and "<table" in t._repr_html_()
     df = t.to_dataframe()
     assert df.loc["b2", "speedup"] == 3.0 and math.isnan(df.loc["tf32", "samples_per_s"])
+
+
+def test_ablate_holds_every_change_to_the_baselines_floor_so_losses_cannot_add_up():
+    """Each change loses 0.8 points against the one before: within 1 point of the current recipe every time, but
+    the second is 1.6 points below the seed loop. Only the first may be kept."""
+    rates = {1: 100.0, 2: 200.0, 4: 400.0, 8: 800.0}
+    accs = {1: 0.98, 2: 0.972, 4: 0.964, 8: 0.956}
+    changes = [course.Change(f"b{b}", {"b": b}) for b in (2, 4, 8)]
+    t = course.ablate(fake_train(rates, accs), {"b": 1}, changes, apply=apply)
+    assert [s.decision for s in t.steps] == ["baseline", "kept", "dropped", "dropped"]
+    assert t.accuracy_floor == pytest.approx(0.97) and "below the 97.0% floor" in t.step("b4").reason
+    assert t.final.test_accuracy >= t.accuracy_floor
+
+
+def test_ablate_measures_the_baselines_run_to_run_spread_and_floors_at_its_lowest():
+    rates = {1: 100.0, 2: 200.0}
+    seeds = {1: 0.975, 2: 0.99}             # the seed loop at seeds 1 and 2: its own run says 0.985
+    calls = []
+
+    def rerun(recipe, seed):
+        calls.append((recipe, seed))
+        return seeds[seed]
+
+    t = course.ablate(fake_train(rates, {1: 0.985, 2: 0.966}), {"b": 1}, [course.Change("b2", {"b": 2})],
+                      apply=apply, rerun=rerun, accuracy_seeds=2)
+    assert calls == [({"b": 1}, 1), ({"b": 1}, 2)]
+    assert t.baseline.accuracies == (0.985, 0.975, 0.99) and t.accuracy_floor == pytest.approx(0.965)
+    assert t.step("b2").decision == "kept"          # 0.966: 1.9 points below the lucky 0.985, above the floor
+    assert "96.5% (1.0 points below the lowest of the seed loop's 3 seeds, 97.5%-99.0%)" in repr(t)
+    with pytest.raises(ValueError, match="accuracy_seeds"):
+        course.ablate(fake_train(rates), {"b": 1}, [], apply=apply, rerun=rerun, accuracy_seeds=-1)
+    with pytest.raises(TypeError, match="rerun"):
+        course.ablate(fake_train(rates), {"b": 1}, [], apply=apply, rerun=0.9)
+
+
+def test_cosine_schedule_warms_up_decays_to_zero_and_trains(small):
+    f = [course.cosine_factor(s, 100, warmup_steps=5) for s in range(100)]
+    assert f[0] == pytest.approx(0.2) and f[4] == 1.0 and max(f) == 1.0 and f[-1] == pytest.approx(0.0, abs=1e-12)
+    assert all(a >= b for a, b in zip(f[4:], f[5:]))                     # never rises after the warm-up
+    assert course.cosine_factor(100, 100, 5) == f[0]                      # a longer run starts the cycle again
+    for bad in ({"warmup_steps": 100}, {"warmup_steps": -1}, {"warmup_steps": 2.5}):
+        with pytest.raises(ValueError, match="warmup_steps"):
+            course.cosine_factor(0, 100, **bad)
+    with pytest.raises(ValueError, match="schedule"):
+        course.Recipe(schedule="linear")
+    r = course.train_recipe(course.Recipe(batch_size=64, lr=8e-3, data="host", schedule="cosine"), small, epochs=2)
+    assert r.test_accuracy > 0.5 and "lr 0.008 cosine" in r.recipe.describe()
 
 
 def test_ablate_tries_alternatives_until_one_is_kept():
@@ -211,6 +260,9 @@ def test_torch_ablation_runs_end_to_end(small):
     assert t.baseline.label == "seed loop" and t.baseline.decision == "baseline"
     assert {s.decision for s in t.steps} <= {"baseline", "kept", "dropped", "not available", "not tried", "branch"}
     assert t.steps[-1].decision == "branch" and t.steps[-1].test_accuracy is None   # the disk branch: timing only
+    assert len(t.baseline.accuracies) == 3 and t.baseline.accuracies[0] == t.baseline.test_accuracy
+    for s in t.steps:                                      # nothing kept below the seed loop's floor
+        assert s.decision != "kept" or s.test_accuracy >= t.accuracy_floor
     for s in t.steps:
         share = t.share_of_ceiling(s.label)
         assert share is None or 0 < share <= 1.0
@@ -243,6 +295,20 @@ def test_recipe_challenge_passes_fails_and_waits(small):
         course.recipe_challenge("x", course.Recipe(), small, baseline=3.0)
     with pytest.raises(TypeError, match="course.Recipe"):
         course.recipe_challenge("x", {"batch_size": 64}, small, baseline=seed)
+
+
+def test_recipe_challenge_floors_at_the_seed_loops_lowest_seed(small):
+    """The same rule as the ablation: a recipe within the tolerance of the seed loop's lowest seed passes, even when
+    the seed loop's own run drew a lucky seed."""
+    mine = course.Recipe(batch_size=64, data="host")
+    got = course.train_recipe(mine, small, epochs=2).test_accuracy        # deterministic: the challenge's run
+    lucky = AblationStep("seed loop", "", {}, "baseline", samples_per_s=1.0, test_accuracy=got + 0.03,
+                         accuracies=(got + 0.03, got + 0.005, got + 0.02))
+    ok = course.recipe_challenge("x", mine, small, baseline=lucky, speedup=0.01, epochs=2)
+    assert ok.passed and ok.accuracy_floor == pytest.approx(got - 0.005) and "over 3 seeds" in repr(ok)
+    strict = replace(lucky, accuracies=(got + 0.03, got + 0.02))
+    with pytest.raises(AssertionError, match="below the .* floor"):
+        course.recipe_challenge("x", mine, small, baseline=strict, speedup=0.01, epochs=2)
 
 
 def test_results_card_writes_markdown_and_html(tmp_path):

@@ -35,7 +35,7 @@ from .nvidia_smi import SmiHeader, SmiOutput, nvidia_smi, smi_header
 from .accumulation import GradientCheck, checkpointed, compare_gradients, micro_batch_gradients
 from .augment import augment_batch
 from .bandwidth import TransferPoint, TransferSweep, default_ceilings, transfer_sweep
-from .batching import BatchRun, BatchSweep, batch_sweep, scale_lr, train_at_batch_size, warmup_factor
+from .batching import BatchRun, BatchSweep, batch_sweep, cosine_factor, scale_lr, train_at_batch_size, warmup_factor
 from .checks import SOLUTIONS_ENV, Challenge, Check, NotAnswered, challenge, check, solutions
 from .dali import DaliLoader, DaliPlan, dali_available, dali_loader, dali_plan, dali_tf_available, dali_tf_dataset
 from .dali import check_dali, dali_tolerance
@@ -80,7 +80,7 @@ __all__ = [
     "float_formats", "gradient_underflow", "UnderflowReport", "keras_cnn", "keras_step_times", "matmul_sweep",
     "micro_batch_gradients", "compare_gradients", "GradientCheck", "checkpointed",
     "train_interleaved", "compare_runs", "RunComparison", "pattern_batch",
-    "batch_sweep", "BatchSweep", "scale_lr", "warmup_factor", "train_at_batch_size", "BatchRun",
+    "batch_sweep", "BatchSweep", "scale_lr", "warmup_factor", "cosine_factor", "train_at_batch_size", "BatchRun",
     "synthetic_images", "real_images", "ImageSet", "CorruptDataError", "data_dir",
     "torch_loader", "cached_loader", "CachedLoader", "tf_dataset",
     "dali_loader", "DaliLoader", "dali_plan", "DaliPlan", "dali_tf_dataset", "dali_available", "dali_tf_available",

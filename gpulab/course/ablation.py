@@ -2,8 +2,11 @@
 every attempt in one table (throughput, speedup over the baseline, share of the measured ceiling, peak
 memory, test accuracy, the decision and why).
 
-"Helps" means faster by more than the measurement's own noise, and no more than ``accuracy_tolerance``
-less accurate after the same number of epochs. A change a device cannot make (TF32 on a CPU) is listed with
+"Helps" means faster by more than the measurement's own noise, and still accurate after the same number of
+epochs: at least the *accuracy floor*, the lowest test accuracy the baseline itself reached over its seeds (its
+own run plus ``accuracy_seeds`` reruns: its run-to-run spread) less ``accuracy_tolerance``. Every change is held
+to that one floor, so losses cannot add up from change to change, and a baseline that drew a lucky seed does not
+fail a recipe that is as good as it. A change a device cannot make (TF32 on a CPU) is listed with
 the reason. A *branch* is measured from the final recipe but not kept into it (e.g. "if the data must stay on
 disk"). :func:`ablate` drives any framework: it needs a ``train(recipe, run)`` returning an object with
 ``samples_per_s``, ``spread_pct``, ``test_accuracy``, ``peak_memory_bytes`` and ``flops_per_sample``.
@@ -71,6 +74,21 @@ class AblationStep:
     ceiling_flops: float | None = None
     run_id: str | None = None
     gain: float | None = None        # samples/s over the recipe the change was applied to
+    accuracies: tuple[float, ...] = ()   # the baseline's test accuracy over its seeds (its run-to-run spread)
+
+    def accuracy_floor(self, tolerance: float = 0.01) -> float | None:
+        """The lowest test accuracy a recipe may reach and count as accurate as this one: the lowest over its
+        seeds (``accuracies``, else its one ``test_accuracy``) less ``tolerance``; None without an accuracy.
+
+        Example:
+            >>> s = AblationStep("seed", "", {}, "baseline", test_accuracy=0.985, accuracies=(0.985, 0.981, 0.988))
+            >>> round(s.accuracy_floor(0.01), 3)
+            0.971
+        """
+        if not 0 <= tolerance < 1:
+            raise ValueError(f"tolerance must be a fraction in [0, 1), got {tolerance!r}")
+        accs = self.accuracies or (() if self.test_accuracy is None else (self.test_accuracy,))
+        return min(accs) - tolerance if accs else None
 
 
     @property
@@ -92,6 +110,11 @@ class Ablation(TableView):
     epochs: int | None = None
     accuracy_tolerance: float = 0.01
     notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def accuracy_floor(self) -> float | None:
+        """What every change must reach to be kept (see :meth:`AblationStep.accuracy_floor`)."""
+        return self.baseline.accuracy_floor(self.accuracy_tolerance)
 
     def step(self, label: str) -> AblationStep:
         for s in self.steps:
@@ -173,14 +196,22 @@ class Ablation(TableView):
                          f"{s.decision}: {s.reason}" if s.reason else s.decision])
         notes = [f"{self.epochs} epochs per step; samples/s from the epochs after the first" if self.epochs else "",
                  f"kept = faster beyond the noise (and by at least 5%; 'interleaved': the two recipes' steps timed "
-                 f"in turn) and at most "
-                 f"{self.accuracy_tolerance:.0%} less accurate; % of ceiling = counted FLOPs x samples/s over this "
+                 f"in turn) and at least {self._floor_text()} accurate; % of ceiling = counted FLOPs x samples/s over this "
                  f"machine's measured matmul peak in the step's precision",
                  f"final: {self.final.label} = {self.ratio_over_baseline:.1f}x the {self.baseline.label}"]
         if any(r[0].endswith(" *") for r in rows):
             notes.append("* spread above 10%: the machine was busy; a change is kept only if it gained more than "
                          "the spread")
         return header, rows, "; ".join(n for n in (*notes, *self.ceiling_notes, *self.notes) if n)
+
+    def _floor_text(self) -> str:
+        floor, accs = self.accuracy_floor, self.baseline.accuracies
+        if floor is None:
+            return f"within {100 * self.accuracy_tolerance:.1f} points of the {self.baseline.label}'s accuracy"
+        if len(accs) > 1:
+            return (f"{floor:.1%} ({100 * self.accuracy_tolerance:.1f} points below the lowest of the "
+                    f"{self.baseline.label}'s {len(accs)} seeds, {min(accs):.1%}-{max(accs):.1%})")
+        return f"{floor:.1%} ({100 * self.accuracy_tolerance:.1f} points below the {self.baseline.label})"
 
     def plot(self, ax: Any = None) -> Any:
         """Speedup over the baseline per step (kept in blue, dropped in grey, branches hatched) and test accuracy.
@@ -221,19 +252,18 @@ def _short(dtype: str | None) -> str:
     return {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(dtype or "", dtype or "")
 
 
-def _decide(current: AblationStep, got: AblationStep, tolerance: float, min_gain: float,
+def _decide(current: AblationStep, got: AblationStep, floor: float | None, min_gain: float,
             paired: tuple[float, float] | None = None) -> tuple[bool, float, str]:
-    """Keep or drop, the gain it is based on, and why. ``paired``: (gain, spread %) from an interleaved
-    comparison of the two recipes, used instead of the two runs' own rates when given."""
+    """Keep or drop, the gain it is based on, and why. ``floor``: the accuracy a kept change must reach (the
+    baseline's, never the current recipe's, so losses cannot add up). ``paired``: (gain, spread %) from an
+    interleaved comparison of the two recipes, used instead of the two runs' own rates when given."""
     if paired is not None:
         gain, noise, how = paired[0], max(min_gain, paired[1] / 100), " (interleaved)"
     else:
         gain = got.samples_per_s / current.samples_per_s
         noise, how = max(min_gain, (current.spread_pct or 0) / 100, (got.spread_pct or 0) / 100), ""
-    if current.test_accuracy is not None and got.test_accuracy is not None \
-            and got.test_accuracy < current.test_accuracy - tolerance:
-        lost = 100 * (current.test_accuracy - got.test_accuracy)
-        return False, gain, f"{gain:.2f}x{how}, but {lost:.1f} points less accurate"
+    if floor is not None and got.test_accuracy is not None and got.test_accuracy < floor:
+        return False, gain, f"{gain:.2f}x{how}, but {got.test_accuracy:.1%} accurate, below the {floor:.1%} floor"
     if gain < 1 + noise:
         return False, gain, (f"{gain:.2f}x{how}: slower" if gain < 1 - noise
                              else f"{gain:.2f}x{how}: within the noise ({noise:.0%})")
@@ -247,7 +277,8 @@ def ablate(train: Callable[[Any, Any], Any], baseline: Any, changes: Sequence[Ch
            baseline_label: str = "seed loop", title: str = "Ablation", accuracy_tolerance: float = 0.01,
            min_gain: float = 0.05, track: Mapping[str, Any] | None = None, monitor_interval: float = 0.2,
            device: str = "", epochs: int | None = None,
-           compare: Callable[[Any, Any], tuple[float, float]] | None = None) -> Ablation:
+           compare: Callable[[Any, Any], tuple[float, float]] | None = None,
+           rerun: Callable[[Any, int], float | None] | None = None, accuracy_seeds: int = 2) -> Ablation:
     """Train ``baseline``, then each change applied to the best recipe so far; keep it if it helps.
 
     ``apply(recipe, fields)`` returns the changed recipe; ``ceiling(recipe)`` the measured ceiling of its
@@ -256,7 +287,9 @@ def ablate(train: Callable[[Any, Any], Any], baseline: Any, changes: Sequence[Ch
     what ``train`` logs, and the :class:`gpulab.Monitor` telemetry recorded around it. ``compare(current,
     candidate)`` returns ``(gain, spread %)`` from timing the two recipes interleaved (the same machine state
     for both); when given, the decision uses it instead of the two runs' own throughputs, which drift apart on a
-    shared machine.
+    shared machine. ``rerun(baseline, seed)`` returns the baseline's test accuracy when trained with another
+    seed; it is called for seeds 1..``accuracy_seeds`` to measure the baseline's run-to-run spread, which sets the
+    accuracy floor every change must reach.
     """
     if not callable(train):
         raise TypeError(f"train must be a function (recipe, run) -> result, got {train!r}")
@@ -264,6 +297,10 @@ def ablate(train: Callable[[Any, Any], Any], baseline: Any, changes: Sequence[Ch
         raise ValueError(f"accuracy_tolerance must be a fraction in [0, 1), got {accuracy_tolerance!r}")
     if not 0 <= min_gain < 1:
         raise ValueError(f"min_gain must be a fraction in [0, 1), got {min_gain!r}")
+    if rerun is not None and not callable(rerun):
+        raise TypeError(f"rerun must be a function (recipe, seed) -> test accuracy, got {rerun!r}")
+    if isinstance(accuracy_seeds, bool) or not isinstance(accuracy_seeds, int) or accuracy_seeds < 0:
+        raise ValueError(f"accuracy_seeds must be a whole number >= 0, got {accuracy_seeds!r}")
     for c in changes:
         if not isinstance(c, Change):
             raise TypeError(f"changes must be course.Change objects, got {c!r}")
@@ -295,6 +332,10 @@ def ablate(train: Callable[[Any, Any], Any], baseline: Any, changes: Sequence[Ch
     from dataclasses import replace
 
     current = measure(baseline_label, baseline, "baseline")
+    if rerun is not None and accuracy_seeds and current.test_accuracy is not None:
+        again = [rerun(baseline, seed) for seed in range(1, accuracy_seeds + 1)]
+        current = replace(current, accuracies=(current.test_accuracy, *(float(a) for a in again if a is not None)))
+    floor = current.accuracy_floor(accuracy_tolerance)
     recipe = baseline
     steps = [current]
     branches = []
@@ -314,7 +355,7 @@ def ablate(train: Callable[[Any, Any], Any], baseline: Any, changes: Sequence[Ch
             candidate = apply(recipe, f)
             got = measure(label, candidate, "dropped")
             paired = compare(recipe, candidate) if compare is not None else None
-            keep, gain, why = _decide(current, got, accuracy_tolerance, min_gain, paired)
+            keep, gain, why = _decide(current, got, floor, min_gain, paired)
             steps.append(replace(got, decision="kept" if keep else "dropped", reason=why, gain=gain))
             if keep:
                 current, recipe = steps[-1], candidate

@@ -311,6 +311,33 @@ def warmup_factor(step: int, warmup_steps: int, start: float = 0.0) -> float:
     return start + (1.0 - start) * min(1.0, (step + 1) / warmup_steps)
 
 
+def cosine_factor(step: int, total_steps: int, warmup_steps: int = 0) -> float:
+    """Multiplier of the peak learning rate at optimizer step ``step`` (0-based) of ``total_steps``: a linear
+    warm-up over ``warmup_steps`` (:func:`warmup_factor`), then half a cosine from 1 down to 0 at the last step.
+    Steps past ``total_steps`` start the cycle again (a stepper that runs longer than the schedule it was given).
+
+    Larger batches make fewer updates in the same epochs; a rate that decays to zero lets those few updates land
+    close to a minimum instead of bouncing around it at the peak rate (Loshchilov & Hutter 2017, SGDR).
+
+    Example:
+        >>> [round(cosine_factor(s, 6, warmup_steps=2), 2) for s in range(7)]
+        [0.5, 1.0, 0.85, 0.5, 0.15, 0.0, 0.5]
+    """
+    whole("total_steps", total_steps)
+    if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or not 0 <= warmup_steps < total_steps:
+        raise ValueError(f"warmup_steps must be a whole number from 0 to total_steps - 1 ({total_steps - 1}), "
+                         f"got {warmup_steps!r}")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"step must be a whole number >= 0, got {step!r}")
+    step %= total_steps
+    if step < warmup_steps:
+        return warmup_factor(step, warmup_steps)
+    decay = total_steps - warmup_steps - 1
+    if decay <= 0:
+        return 1.0
+    return 0.5 * (1.0 + math.cos(math.pi * (step - warmup_steps + 1) / (decay + 1)))
+
+
 @dataclass(frozen=True)
 class BatchRun:
     """A model trained at one batch size and learning rate: losses per epoch, accuracy, time

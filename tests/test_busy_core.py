@@ -1,0 +1,73 @@
+"""tools/busy_core.py, the stress run's load: the command's status comes back, and no spinner outlives the run,
+however the run ends."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+TOOL = Path(__file__).resolve().parents[1] / "tools" / "busy_core.py"
+
+
+def _children_of(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_the_commands_status_comes_back_and_the_spinner_has_worked():
+    code = "import os, sys, time; t = time.time(); time.sleep(0.6); print(os.getloadavg()[0]); sys.exit(3)"
+    done = subprocess.run([sys.executable, str(TOOL), "--", sys.executable, "-c", code], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 3, done.stderr
+    assert "1 busy process(es)" in done.stderr and "stopped" in done.stderr
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_no_spinner_outlives_its_wrapper(sig):
+    wrapper = subprocess.Popen([sys.executable, str(TOOL), "--", "sleep", "20"], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        spinners: list[int] = []
+        while time.monotonic() < deadline and not spinners:     # the forked spinner runs this same file
+            spinners = [p for p in _children_of(wrapper.pid)
+                        if "busy_core" in Path(f"/proc/{p}/cmdline").read_text(errors="replace")]
+            time.sleep(0.05)
+        assert spinners, "no spinner started"
+        os.kill(wrapper.pid, sig)
+        wrapper.wait(timeout=20)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(_alive(p) for p in spinners):
+            time.sleep(0.05)
+        assert not any(_alive(p) for p in spinners), f"spinner(s) {spinners} outlived a {sig.name} of their wrapper"
+    finally:
+        subprocess.run(["pkill", "-f", "^sleep 20$"], check=False)
+        if wrapper.poll() is None:
+            wrapper.kill()
+
+
+def test_bad_arguments_are_refused_clearly():
+    for args, says in ((["--"], "give the command"), (["--cores", "0", "--", "true"], "--cores")):
+        done = subprocess.run([sys.executable, str(TOOL), *args], capture_output=True, text=True, timeout=30)
+        assert done.returncode == 2 and says in done.stderr
