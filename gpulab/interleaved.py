@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator, Mapping
 from .timing import Measurement, _threads, environment, synchronize
 from ._check import checked, per_label, positive, whole
 
-__all__ = ["benchmark_interleaved", "cpu_contention", "Contention", "BUSY_PCT"]
+__all__ = ["benchmark_interleaved", "cpu_contention", "Contention", "BUSY_PCT", "threads"]
 
 BUSY_PCT = 10.0   # other programs above this share of the machine's CPU make timings slow and noisy
 
@@ -108,6 +108,38 @@ def cpu_contention() -> Iterator[Contention]:
             result.others_pct = min(100.0, max(0.0, 100 * others / (wall * cores))) if wall > 0 else 0.0
         else:  # pragma: no cover
             result.elapsed_s = 0.0
+
+
+@contextmanager
+def threads(n: int | None) -> Iterator[int]:
+    """PyTorch's intra-op threads set to ``n`` for the block (``torch.set_num_threads``), restored after, even when
+    the block raises; ``None`` leaves them as they are. Yields the count in force.
+
+    On a shared CPU, one thread per call is the fair way to time small operations: a multi-threaded operator waits
+    at the end of each parallel region for its slowest thread, and a thread whose core another program holds
+    arrives a scheduler time slice late, so a microsecond operator can take milliseconds. One thread runs on
+    whichever core is free.
+
+    Example:
+        >>> import torch, gpulab as gl
+        >>> before = torch.get_num_threads()
+        >>> with gl.interleaved.threads(1) as n:
+        ...     n, torch.get_num_threads()
+        (1, 1)
+        >>> torch.get_num_threads() == before
+        True
+    """
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+        raise ValueError(f"n must be a whole number of threads >= 1 (or None: leave them), got {n!r}")
+    import torch
+
+    before = torch.get_num_threads()
+    if n is not None:
+        torch.set_num_threads(n)
+    try:
+        yield torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
 
 
 @checked(device="device")

@@ -272,6 +272,7 @@ def cases_() -> list[Case]:  # noqa: PLR0915 - one table
            "flops": [-1, nan, {"z": 1}], "device": "device", "min_rounds": "count", "max_rounds": "count",
            "block_s": "pos"}),
         C("timer", _ctx(gl.timer), {}, {"label": "text", "device": "device"}),
+        C("interleaved.threads", _ctx(gl.interleaved.threads), {"n": 1}, {"n": "count"}),
         C("compare", gl.compare, {"measurements": [f()["a"], f()["b"]], "baseline": "a"},
           {"measurements": [3, [], [3]], "baseline": ["zzz", 3], "title": "text", "peak_flops": "pos",
            "peak_bandwidth": "pos", "setup_s": [3, {"zzz": 1.0}, {"a": -1.0}, {"a": nan}],

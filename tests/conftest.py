@@ -3,11 +3,22 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import os
+import shutil
+
 import pytest
 
 import matplotlib
 
 matplotlib.use("Agg")
+
+
+def pytest_configure(config):
+    """Without an NVIDIA GPU, Triton kernels run in its interpreter, which must be chosen before anything imports
+    Triton (torchvision does). gl.setup() does this in a notebook; here it is done once for the whole session, so
+    that any test file, or any one test, runs on its own as it does within the suite."""
+    if shutil.which("nvidia-smi") is None:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture

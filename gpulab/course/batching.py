@@ -235,7 +235,8 @@ def batch_sweep(step: Callable[[int], Any], batch_sizes: Sequence[int], *, flops
         >>> from gpulab import course
         >>> layer = torch.nn.Linear(256, 256)
         >>> xs = {n: torch.randn(n, 256) for n in (1, 64)}
-        >>> s = course.batch_sweep(lambda n: layer(xs[n]), [1, 64], min_run_time=0.1)
+        >>> with gl.interleaved.threads(1):      # a busy core stalls multi-threaded calls (Appendix A1)
+        ...     s = course.batch_sweep(lambda n: layer(xs[n]), [1, 64], min_run_time=0.1)
         >>> s.items_per_s(64) > s.items_per_s(1) and s.measurement(64).peak_memory_bytes >= 64 * 256 * 4
         True
     """

@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Any, Mapping
 
 from .._check import checked
+from ..interleaved import threads
 from .ablation import Ablation, Change, ablate
 from .capstone import Recipe, seed_model, train_recipe
 from .digits import Digits, to_features
@@ -210,9 +211,12 @@ def torch_ablation(data: Digits, *, epochs: int = 3, device: Any = None, batch_s
 
     def rerun(recipe: Recipe, seed: int) -> float | None:
         # the seed loop's math with another seed: whole tensors give the same batches' values as the per-sample
-        # path at a fraction of its time, so its run-to-run spread costs seconds
+        # path at a fraction of its time, so its run-to-run spread costs seconds. Only its accuracy is used, so it
+        # runs on one CPU thread: batch-32 matmuls gain little from a second one, and on a shared CPU a busy core
+        # would stall every parallel region of its thousands of steps
         fast = replace(recipe, data="host") if recipe.data == "per-sample" else recipe
-        return train_recipe(fast, data, epochs=epochs, device=dev, seed=seed).test_accuracy
+        with threads(1 if dev.type == "cpu" else None):
+            return train_recipe(fast, data, epochs=epochs, device=dev, seed=seed).test_accuracy
 
     table = ablate(train, Recipe(), changes, apply=lambda r, f: replace(r, **f), describe=Recipe.describe,
                    params=Recipe.params, ceiling=_ceiling(dev), compare=compare if compare_s else None,
