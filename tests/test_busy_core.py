@@ -9,30 +9,17 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 TOOL = Path(__file__).resolve().parents[1] / "tools" / "busy_core.py"
 
 
-def _children_of(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry.name))
-    return found
-
-
 def _alive(pid: int) -> bool:
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
-    return state != "Z"
 
 
 def test_the_commands_status_comes_back_and_the_spinner_has_worked():
@@ -43,7 +30,7 @@ def test_the_commands_status_comes_back_and_the_spinner_has_worked():
     assert "1 busy process(es)" in done.stderr and "stopped" in done.stderr
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the death signal is Linux's (prctl)")
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_no_spinner_outlives_its_wrapper(sig):
     wrapper = subprocess.Popen([sys.executable, str(TOOL), "--", "sleep", "20"], stderr=subprocess.PIPE, text=True)
@@ -51,8 +38,8 @@ def test_no_spinner_outlives_its_wrapper(sig):
         deadline = time.monotonic() + 20
         spinners: list[int] = []
         while time.monotonic() < deadline and not spinners:     # the forked spinner runs this same file
-            spinners = [p for p in _children_of(wrapper.pid)
-                        if "busy_core" in Path(f"/proc/{p}/cmdline").read_text(errors="replace")]
+            spinners = [c.pid for c in psutil.Process(wrapper.pid).children()
+                        if "busy_core" in " ".join(c.cmdline())]
             time.sleep(0.05)
         assert spinners, "no spinner started"
         os.kill(wrapper.pid, sig)

@@ -29,7 +29,7 @@ from typing import Any, Callable, Mapping, Sequence
 from .._format import NA, TableView, fmt_bytes, fmt_number, fmt_rate
 from ..limits import ceiling_for
 
-__all__ = ["Change", "AblationStep", "Ablation", "ablate"]
+__all__ = ["Change", "AblationStep", "Ablation", "ablate", "accuracy_floor"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,25 @@ class Change:
         if not (callable(self.fields) or isinstance(self.fields, Mapping)):
             raise TypeError(f"fields of {self.label!r} must be a mapping or a function recipe -> mapping, "
                             f"got {self.fields!r}")
+
+
+def _tolerance(tolerance: float) -> None:
+    if not 0 <= tolerance < 1:
+        raise ValueError(f"tolerance must be a fraction in [0, 1), got {tolerance!r}")
+
+
+def accuracy_floor(accuracies: Sequence[float], tolerance: float) -> float:
+    """The lowest accuracy that counts as kept: the lowest of a baseline's accuracies over its seeds, less
+    ``tolerance`` (what :func:`ablate` and :func:`course.recipe_challenge` both hold a recipe to).
+
+    Example:
+        >>> round(accuracy_floor([0.985, 0.981, 0.988], 0.01), 3)
+        0.971
+    """
+    _tolerance(tolerance)
+    if not accuracies:
+        raise ValueError("accuracies is empty: pass the baseline's test accuracy over at least one seed")
+    return min(accuracies) - tolerance
 
 
 @dataclass(frozen=True)
@@ -85,11 +104,9 @@ class AblationStep:
             >>> round(s.accuracy_floor(0.01), 3)
             0.971
         """
-        if not 0 <= tolerance < 1:
-            raise ValueError(f"tolerance must be a fraction in [0, 1), got {tolerance!r}")
+        _tolerance(tolerance)
         accs = self.accuracies or (() if self.test_accuracy is None else (self.test_accuracy,))
-        return min(accs) - tolerance if accs else None
-
+        return accuracy_floor(accs, tolerance) if accs else None
 
     @property
     def measured(self) -> bool:

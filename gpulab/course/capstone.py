@@ -20,6 +20,7 @@ import contextlib
 import statistics
 import time
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -329,18 +330,21 @@ class _Trainer:
         dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[recipe.precision]
         self.autocast = (lambda: torch.autocast(dev.type, dtype=dtype)) if dtype is not None else contextlib.nullcontext
         self.batches = _Batches(recipe, data, dev, seed, Path(disk_root) if disk_root else None)
-        self.total_steps = epochs * self.batches.steps_per_epoch()
-        self.warmup_steps = min(self.total_steps - 1, int(WARMUP_SHARE * self.total_steps))
+        self.lr_factor = None                     # the schedule, resolved once: step -> multiplier of recipe.lr
+        if recipe.schedule == "cosine":
+            from .batching import cosine_factor
+
+            total = epochs * self.batches.steps_per_epoch()
+            self.lr_factor = partial(cosine_factor, total_steps=total,
+                                     warmup_steps=min(total - 1, int(WARMUP_SHARE * total)))
         self.steps_done = 0
 
     def step(self, x: Any, y: Any) -> Any:
         import torch
         import torch.nn.functional as F
 
-        if self.recipe.schedule == "cosine":
-            from .batching import cosine_factor
-
-            lr = self.recipe.lr * cosine_factor(self.steps_done, self.total_steps, self.warmup_steps)
+        if self.lr_factor is not None:
+            lr = self.recipe.lr * self.lr_factor(self.steps_done)
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
         self.steps_done += 1

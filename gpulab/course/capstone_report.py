@@ -27,7 +27,7 @@ from typing import Any, Iterable
 
 from .._check import checked, positive, whole
 from .._format import fmt_number, fmt_rate
-from .ablation import Ablation, AblationStep
+from .ablation import Ablation, AblationStep, accuracy_floor
 from .capstone import Recipe, RecipeRun, seed_model, train_recipe
 from .capstone_torch import interleaved_gain
 from .checks import Check, NotAnswered, _esc
@@ -90,7 +90,7 @@ class RecipeChallenge:
     @property
     def accuracy_floor(self) -> float:
         """The lowest accuracy that counts as kept: the seed loop's lowest over its seeds less the tolerance."""
-        return min(self.baseline_accuracies or (self.baseline_accuracy,)) - self.accuracy_tolerance
+        return accuracy_floor(self.baseline_accuracies or (self.baseline_accuracy,), self.accuracy_tolerance)
 
     @property
     def speedup(self) -> float:
