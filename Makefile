@@ -40,11 +40,12 @@ PYTEST_ARGS ?=
 # venv's editable install points at another clone.
 export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 
-.PHONY: install lab test unit notebooks ui stress doctor docs runs compat compat-install dist clean help
+.PHONY: install lab test unit notebooks ui stress gpu-check doctor docs runs compat compat-install dist clean help
 
 help:
 	@echo "make lab   - install the course stack (first time: a few minutes) and start JupyterLab"
 	@echo "make test  - install if needed, then unit tests, every notebook under nbval, and the UI suite"
+	@echo "make gpu-check - the preflight before a class on this GPU: the GPU conformance tests and every notebook, report in build/gpu-check"
 	@echo "make stress - the unit tests and every notebook again with one CPU core kept busy by another process"
 	@echo "make docs  - the API reference from the docstrings, in build/docs"
 	@echo "make runs  - the MLflow UI and TensorBoard on the runs gl.tracking logged in $(RUNS)/ (localhost; Ctrl-C stops both)"
@@ -94,6 +95,14 @@ notebooks: install
 # The UI suite is the learner's Run All: no reference solutions, so every exercise must wait, not fail.
 ui: install
 	env -u GPULAB_SOLUTIONS $(PY) -m pytest $(PYTEST_ARGS) tests/ui
+
+# The preflight a teacher runs on the GPU the learners will use (python -m gpulab check): the machine and stack, the
+# ceilings beside the datasheet, the GPU conformance tests (tests/gpu, skipped without CUDA) and every notebook with
+# the reference solutions on, each under a time limit; report.md and report.json in build/gpu-check/.
+# GPU_CHECK_ARGS passes options, e.g. GPU_CHECK_ARGS="--notebooks 08,11 --budget 600".
+GPU_CHECK_ARGS ?=
+gpu-check: install
+	$(PY) -m gpulab check $(GPU_CHECK_ARGS)
 
 # The stress run: unit tests and notebooks with one core kept busy by a spinning process (tools/busy_core.py starts
 # it, stops it at the end and never leaves it behind), as on a shared runner. STRESS_CORES sets how many.

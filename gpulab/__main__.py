@@ -1,5 +1,5 @@
 """Command line: ``python -m gpulab doctor [--json]``, ``python -m gpulab limits``, ``python -m gpulab devicequery``,
-``python -m gpulab monitor``, ``python -m gpulab runs`` (MLflow's UI and TensorBoard on the logged runs),
+``python -m gpulab monitor``, ``python -m gpulab runs``, ``python -m gpulab check`` (the preflight before a class) (MLflow's UI and TensorBoard on the logged runs),
 ``python -m gpulab version``.
 
 ``doctor`` exits 0 when nothing is at level "error" (a healthy CPU-only machine included), 1 otherwise.
@@ -41,6 +41,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs.add_argument("--root", default=None, help="the runs folder (default: $GPULAB_RUNS, else ./runs)")
     runs.add_argument("--mlflow-port", type=int, default=5000, help="MLflow UI's port (default 5000)")
     runs.add_argument("--tensorboard-port", type=int, default=6006, help="TensorBoard's port (default 6006)")
+    chk = sub.add_parser("check", help="the preflight before a class: environment, ceilings beside the datasheet, "
+                                       "the GPU conformance tests and every notebook, with a report in build/gpu-check")
+    chk.add_argument("--out", default="build/gpu-check", help="where report.md and report.json go "
+                                                              "(default: build/gpu-check in the course's checkout)")
+    chk.add_argument("--root", default=None, help="the course's checkout (default: the one gpulab runs from)")
+    chk.add_argument("--notebooks", default=None,
+                     help="comma-separated notebook prefixes or paths (default: all; 'none' for none)")
+    chk.add_argument("--no-tests", action="store_true", help="skip the GPU conformance tests")
+    chk.add_argument("--no-limits", action="store_true", help="skip measuring the ceilings")
+    chk.add_argument("--budget", type=float, default=900.0, help="seconds for the whole check (default 900)")
+    chk.add_argument("--notebook-timeout", type=float, default=300.0, help="seconds per notebook (default 300)")
+    chk.add_argument("--json", action="store_true", help="print the report as JSON")
     sub.add_parser("version", help="print gpulab's version")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
@@ -58,6 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(str(e))
         print(json.dumps(report.to_dict(), indent=2, default=str) if args.json else repr(report))
         return 0 if report.healthy else 1
+    if args.command == "check":
+        return _check(parser, args)
     if args.command == "monitor":
         return _monitor(args.interval, args.duration, args.csv)
     if args.command == "runs":
@@ -83,6 +97,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(repr(machine_limits(args.device)))
         return 0
     return 2  # pragma: no cover
+
+
+def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """``python -m gpulab check``: exit 0 when every test and notebook passed or skipped, 1 otherwise."""
+    from .preflight import check
+
+    nbs = None if args.notebooks is None else (
+        () if args.notebooks.strip().lower() == "none" else tuple(n.strip() for n in args.notebooks.split(",") if n.strip()))
+    try:
+        report = check(args.root, args.out, tests=not args.no_tests, notebooks=nbs, limits=not args.no_limits,
+                       budget_s=args.budget, notebook_timeout_s=args.notebook_timeout,
+                       progress=None if args.json else (lambda line: print(line, flush=True)))
+    except (ValueError, TypeError) as e:
+        parser.error(str(e))
+    print(json.dumps(report.to_dict(), indent=2, default=str) if args.json else repr(report))
+    return 0 if report.ok else 1
 
 
 def _monitor(interval: float, duration: float | None, csv: str | None) -> int:

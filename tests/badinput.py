@@ -247,7 +247,7 @@ def _step(n: int) -> Any:
 # ---------------------------------------------------------------------------------------------- the public calls
 def cases_() -> list[Case]:  # noqa: PLR0915 - one table
     import gpulab as gl
-    from gpulab import compiling, data, distributed, kernels, limits, memory, profiling, roofline, streams
+    from gpulab import compiling, data, distributed, kernels, limits, memory, preflight, profiling, roofline, streams
     from gpulab import timing, tracking, transfer
 
     f = fx
@@ -259,6 +259,10 @@ def cases_() -> list[Case]:  # noqa: PLR0915 - one table
         C("device", gl.device, {}, {"prefer": ["tpu", "cuda:7", 3, "cuda"] if not _has_cuda() else ["tpu", 3]}),
         C("system_info", gl.system_info, {}, {"frameworks": [3, "torch", ["jax"]]}),
         C("doctor", gl.doctor, {"frameworks": ("torch",)}, {"frameworks": [3, "torch", ["jax"]]}),
+        C("preflight.check", preflight.check, {"out": None, "tests": False, "notebooks": (), "limits": False},
+          {"root": ["/nonexistent/course", 3], "out": "path", "tests": "flag", "limits": "flag",
+           "notebooks": ["00", [3], ["99"]], "budget_s": "pos", "notebook_timeout_s": "pos", "cell_timeout_s": "pos",
+           "kernel_name": "text", "progress": "fn"}),
         C("device_query", gl.device_query, {}, {"device": ["tpu", 3.5], "compare": [3, ["Voodoo 2"]]}),
         # timing
         C("benchmark", lambda **k: gl.benchmark(f()["mm"], **k), {"min_run_time": 0.02, "warmup": 1, "warn_noisy": False},
