@@ -282,7 +282,9 @@ def _run(tasks: Sequence[StreamTask], streams: dict[str, Any], device: Any) -> t
     import torch
 
     clock = _EventClock(device)
-    sides = [s for s in dict.fromkeys(streams.values()) if s is not clock.current]
+    # streams compare by value: torch.cuda.current_stream() hands out a new Stream object on every call, equal
+    # (same stream id, device index and device type) to the others for the same CUDA stream, never the same object
+    sides = [s for s in dict.fromkeys(streams.values()) if s != clock.current]
     for side in sides:
         side.wait_event(clock.start)         # no side stream starts before the start event
     marks = []
@@ -292,13 +294,12 @@ def _run(tasks: Sequence[StreamTask], streams: dict[str, Any], device: Any) -> t
             before = clock.mark(stream)
             task.fn()
             after = clock.mark(stream)
-        marks.append((task, stream, before, after))
+        marks.append((task, before, after))
     for side in sides:
         clock.current.wait_stream(side)      # later work on the current stream waits for every side stream
     end = clock.stop()
-    label = {id(s): k for k, s in streams.items()}
-    spans = [Span(label[id(stream)] if sides else SERIAL, t.name, t.kind, clock.seconds(b), clock.seconds(a))
-             for t, stream, b, a in marks]
+    spans = [Span(t.stream if sides else SERIAL, t.name, t.kind, clock.seconds(b), clock.seconds(a))
+             for t, b, a in marks]
     return clock.seconds(end), spans
 
 

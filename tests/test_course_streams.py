@@ -25,28 +25,47 @@ def test_fakes_match_the_real_cuda_api():
     assert hasattr(torch.Tensor, "record_stream") and hasattr(torch.Tensor, "pin_memory")
 
 
+CUDA_TYPE = 1                      # c10::DeviceType::CUDA
+
+
+class FakeStream(torch.Stream):
+    """A handle on one fake CUDA stream. Like torch.cuda.Stream it is a torch.Stream: handles on one stream
+    (same stream_id, device_index, device_type) are equal and hash alike but are different objects, and
+    ``current_stream()`` hands out a new one on every call."""
+
+    cuda: "FakeCuda"
+
+    @property
+    def name(self):
+        return self.cuda.names[self.stream_id]
+
+    def wait_event(self, event):
+        self.cuda.log.append((self.name, f"wait {event.name}"))
+
+    def wait_stream(self, stream):
+        self.cuda.log.append((self.name, f"wait stream {stream.name}"))
+
+
 class FakeCuda:
     """Streams, events and a clock: every queued operation is logged as (stream, what)."""
 
     def __init__(self):
         self.log, self.clock = [], 0.0
-        self.main = self.Stream("main")
-        self.current = self.main
+        self.names = {0: "main"}          # stream id -> name; 0 is the default stream
+        self.current_id = 0
+
+    def _handle(self, stream_id):
+        s = FakeStream(stream_id=stream_id, device_index=0, device_type=CUDA_TYPE)
+        s.cuda = self
+        return s
+
+    @property
+    def current(self):
+        return self._handle(self.current_id)
 
     def Stream(self, name="side", device=None):
-        cuda = self
-
-        class _Stream:
-            def __init__(self):
-                self.name = name
-
-            def wait_event(self, event):
-                cuda.log.append((self.name, f"wait {event.name}"))
-
-            def wait_stream(self, other):
-                cuda.log.append((self.name, f"wait stream {other.name}"))
-
-        return _Stream()
+        self.names[len(self.names)] = name
+        return self._handle(len(self.names) - 1)
 
     def Event(self, enable_timing=False, blocking=False, interprocess=False, external=False):
         cuda = self
@@ -71,17 +90,29 @@ class FakeCuda:
 
     @contextlib.contextmanager
     def stream(self, s):
-        prev, self.current = self.current, s
+        prev, self.current_id = self.current_id, s.stream_id
         yield
-        self.current = prev
+        self.current_id = prev
 
     def current_stream(self, device=None):
-        return self.main
+        return self._handle(self.current_id)
 
     def install(self, monkeypatch):
         for name in ("Event", "Stream", "stream", "current_stream"):
             monkeypatch.setattr(torch.cuda, name, getattr(self, name))
         monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: self.log.append(("host", "sync all")))
+
+
+def test_the_fake_current_stream_is_a_new_equal_handle_per_call(monkeypatch):
+    assert issubclass(torch.cuda.Stream, torch.Stream) and "__eq__" in vars(torch.cuda.Stream)
+    cuda = FakeCuda()
+    cuda.install(monkeypatch)
+    one, two = torch.cuda.current_stream("cuda"), torch.cuda.current_stream("cuda")
+    assert one is not two and one == two and hash(one) == hash(two)
+    side = torch.cuda.Stream(device="cuda")
+    assert side != one
+    with torch.cuda.stream(side):
+        assert torch.cuda.current_stream() == side and torch.cuda.current_stream() is not side
 
 
 class HostBatch:

@@ -1,10 +1,11 @@
-"""gpulab.profiling on CUDA, without a GPU: device times from torch.profiler's rows counted once per kernel.
+"""gpulab.profiling on CUDA, without a GPU: device times from torch.profiler's rows counted once per kernel, and
+steps counted from the host's step ranges alone.
 
 The events are real ``torch.autograd.profiler_util.FunctionEvent`` objects laid out as the kineto
-post-processing in ``torch/autograd/profiler.py`` lays them out on CUDA (a CPU operator with its kernel
-appended, the kernel's own device row, the device copy of a ``record_function`` range), averaged by the real
-``EventList.key_averages()``; rows in older torch's spelling are fakes whose every attribute is checked
-against the installed classes.
+post-processing in ``torch/autograd/profiler.py`` lays them out on CUDA (``tests/fake_kineto.py``: a CPU operator
+with its kernel appended, the kernel's own device row, and kineto's device copies of the ``record_function``
+ranges, the ``ProfilerStep#N`` ranges among them), averaged by the real ``EventList.key_averages()``; rows in
+older torch's spelling are fakes whose every attribute is checked against the installed classes.
 """
 from __future__ import annotations
 
@@ -13,29 +14,35 @@ import warnings
 import pytest
 import torch
 from torch.autograd import DeviceType
-from torch.autograd.profiler_util import EventList, FunctionEvent, FunctionEventAvg
+from torch.autograd.profiler_util import FunctionEvent, FunctionEventAvg
 
+import fake_kineto as K
 import gpulab.profiling as P
 from gpulab.profiling import events, run
 
-KW = dict(use_device="cuda", stack=[], input_shapes=[])
+KW = K.KW
+STEP_US = 1000
 
 
-def _cuda_events(legacy: bool = False) -> EventList:
-    """One profiled step: ProfilerStep > phase('forward') > aten::mm launching a 300 us kernel; on the
-    device the kernel and kineto's gpu_user_annotation copy of the 'forward' range (360 us, gaps included)."""
-    evs = [FunctionEvent(1, "ProfilerStep#1", 1, 0, 1000, **KW),
-           FunctionEvent(2, "forward", 1, 10, 500, is_user_annotation=True, **KW),
-           FunctionEvent(3, "aten::mm", 1, 20, 60, **KW)]
-    evs[2].append_kernel("sgemm_kernel", 0, 300)
-    if legacy:                      # the legacy profiler: the kernel time lives on the CPU event only
-        evs[2].is_legacy = True
-    else:
-        evs += [FunctionEvent(4, "sgemm_kernel", 7, 100, 400, device_type=DeviceType.CUDA, **KW),
-                FunctionEvent(5, "forward", 7, 90, 450, device_type=DeviceType.CUDA, is_user_annotation=True, **KW)]
-    el = EventList(evs, use_device="cuda")
-    el._build_tree()                # what torch.profiler does before handing out events()
-    return el
+def _cuda_events(legacy: bool = False, steps: int = 1, lag_us: float = 0):
+    """``steps`` profiled steps of 1 ms: ProfilerStep > phase('forward') > aten::mm launching a 300 us kernel; on
+    the device the kernel and kineto's gpu_user_annotation copies of the 'forward' and the step ranges (first to
+    last kernel). ``lag_us`` delays each step's kernel, as in a loop where the GPU runs behind the host."""
+    evs, i = [], 1
+    for n in range(steps):
+        t0 = n * STEP_US
+        step, fwd, mm = (K.host_step(i, n, t0, t0 + STEP_US), K.annotation(i + 1, "forward", t0 + 10, t0 + 500),
+                         K.op(i + 2, "aten::mm", t0 + 20, t0 + 60))
+        evs += [step, fwd, mm]
+        a, b = t0 + 100 + lag_us, t0 + 400 + lag_us
+        if legacy:                  # the legacy profiler: the kernel time lives on the CPU event only
+            mm.append_kernel("sgemm_kernel", 0, b - a)
+            mm.is_legacy = True
+        else:
+            evs += [K.kernel(i + 3, "sgemm_kernel", a, b, launcher=mm), K.device_annotation(fwd, a, b),
+                    K.device_step(step, a, b)]
+        i += 4
+    return K.event_list(evs)     # what torch.profiler does before handing out events()
 
 
 class _Prof:
@@ -75,10 +82,34 @@ def test_real_rows_double_count_and_summary_counts_each_kernel_once():
 def test_gpu_user_annotations_are_not_kernels():
     """kineto's device-side copy of a record_function range spans its kernels and the gaps between them:
     counting it would make an idle GPU look busy."""
-    d = events.check_device_events(list(_cuda_events()), profiled=True, cuda_used=True, windows=[(0.0, 1e-3)])
-    assert d.kernels == 1
-    assert d.busy_s == pytest.approx(300e-6)          # the kernel alone, not the 360 us annotation
-    assert d.median_kernel_s == pytest.approx(300e-6)
+    step, fwd = K.host_step(1, 0, 0, STEP_US), K.annotation(2, "forward", 10, 500)
+    mm1, mm2 = K.op(3, "aten::mm", 20, 60), K.op(4, "aten::mm", 70, 110)
+    evs = K.event_list([step, fwd, mm1, mm2, K.kernel(5, "sgemm_kernel", 100, 200, launcher=mm1),
+                        K.kernel(6, "sgemm_kernel", 300, 400, launcher=mm2),
+                        K.device_annotation(fwd, 100, 400), K.device_step(step, 100, 400)])
+    d = events.check_device_events(list(evs), profiled=True, cuda_used=True, windows=[(0.0, 1e-3)])
+    assert d.kernels == 2
+    assert d.busy_s == pytest.approx(200e-6)          # the kernels alone, not the 300 us annotations
+    assert d.median_kernel_s == pytest.approx(100e-6)
+
+
+def test_device_copies_of_the_step_ranges_are_not_steps():
+    """kineto puts a copy of each ProfilerStep#N on the device timeline under the same name: the steps, their
+    times and the device's busy share come from the host's ranges alone."""
+    evs = _cuda_events(steps=3, lag_us=600)           # each step's kernel runs at the end of its host step
+    named = [e for e in evs if e.name == "ProfilerStep*"]
+    assert len(named) == 6 and sum(e.device_type == DeviceType.CUDA for e in named) == 3    # the premise
+    assert {e.trace_name for e in named} == {"ProfilerStep#0", "ProfilerStep#1", "ProfilerStep#2"}
+    assert all(e.is_user_annotation for e in named)
+    assert {e.activity_type for e in named} == {"user_annotation", "gpu_user_annotation"}
+    s = run._summarise(_Prof(evs), "fab", "cuda", 3, 0, True, True, False, None)
+    assert s.steps == 3 and s.step_times_s == pytest.approx((1e-3,) * 3)
+    assert s.step_s == pytest.approx(1e-3) and s.total_s == pytest.approx(3e-3)
+    assert s.device.kernels == 3 and s.device.busy_s == pytest.approx(900e-6)
+    assert s.device_busy_share == pytest.approx(0.3)
+    assert s.device.idle_host_s == pytest.approx(3 * 700e-6)       # each window, until its kernel starts
+    assert s.device_time_s == pytest.approx(900e-6) and "ProfilerStep*" not in {o.name for o in s.ops}
+    assert s.phases_s["forward"] == pytest.approx(3 * 490e-6)
 
 
 def test_legacy_rows_count_their_own_kernel_time():
@@ -165,3 +196,90 @@ def test_legacy_fallback_times_are_explained_in_the_note():
     device time came from instead of only 'not recorded'."""
     s = _summary(_Prof(_cuda_events(legacy=True)))
     assert s.device.kernels == 0 and "not recorded" in s.device.note and "CUDA-event fallback" in s.device.note
+
+
+# ---- profile() on CUDA: the recorded steps run as a loop runs, with no device sync between them --------------
+class _FakeProfiler:
+    """torch.profiler.profile as profile() drives it: the real ``schedule`` passed in decides each step's action
+    (``step()`` moves to ``schedule(step_num + 1)``; leaving RECORD_AND_SAVE stops the trace and calls
+    ``on_trace_ready``), as ``torch/profiler/profiler.py`` does. Every call is logged with the action current then."""
+
+    active = None
+
+    def __init__(self, activities=None, *, schedule=None, on_trace_ready=None, record_shapes=False,
+                 profile_memory=False, **kwargs):
+        self.schedule, self.on_trace_ready, self.log = schedule, on_trace_ready, []
+        _FakeProfiler.active = self
+
+    def __enter__(self):
+        self.step_num, self.action = 0, self.schedule(0)
+        return self
+
+    def __exit__(self, *exc):
+        self.log.append(("exit", self.action))
+
+    def step(self):
+        prev = self.action
+        self.step_num += 1
+        self.action = self.schedule(self.step_num)
+        self.log.append(("step", prev))
+        if prev == torch.profiler.ProfilerAction.RECORD_AND_SAVE:
+            self.log.append(("stop", prev))
+            if self.on_trace_ready:
+                self.on_trace_ready(self)
+
+    def events(self):
+        return _cuda_events(steps=3)
+
+    def key_averages(self):
+        return self.events().key_averages()
+
+    def export_chrome_trace(self, path):
+        raise AssertionError("profile(trace=False) writes no trace")
+
+
+def test_the_fake_profiler_takes_the_real_arguments():
+    import inspect
+
+    real = set(inspect.signature(torch.profiler.profile).parameters)
+    assert {"activities", "schedule", "on_trace_ready", "record_shapes", "profile_memory"} <= real
+    for name in ("step", "events", "key_averages", "export_chrome_trace", "__enter__", "__exit__"):
+        assert hasattr(torch.profiler.profile, name) and hasattr(_FakeProfiler, name), name
+
+
+@pytest.mark.parametrize("warmup", [0, 2])
+def test_profile_on_cuda_syncs_only_outside_the_recorded_steps_and_once_at_their_end(monkeypatch, warmup):
+    import gpulab.system
+
+    from torch.profiler import ProfilerAction as A
+
+    def synchronize(device=None):
+        p = _FakeProfiler.active
+        (p.log if p else outside).append(("sync", p.action if p else None))
+
+    outside = []
+    monkeypatch.setattr(gpulab.system, "device_kind", lambda: "cuda")
+    monkeypatch.setattr(torch.profiler, "profile", _FakeProfiler)
+    monkeypatch.setattr(torch.cuda, "synchronize", synchronize)
+    monkeypatch.setattr(torch.cuda, "memory_stats", lambda device=None: {})
+    _FakeProfiler.active = None
+
+    def fn():
+        p = _FakeProfiler.active
+        p.log.append(("fn", p.action))
+
+    s = P.profile(fn, steps=3, warmup=warmup, trace=False, limits=False, count_work=False)
+    log = _FakeProfiler.active.log
+    assert s.steps == 3 and s.device_kind == "cuda"
+    assert [a for w, a in log if w == "fn"] == [A.WARMUP] * warmup + [A.RECORD] * 2 + [A.RECORD_AND_SAVE]
+    recording = (A.RECORD, A.RECORD_AND_SAVE)
+    # inside the recorded steps: one sync, after the last step's work, before the profiler stops
+    assert [(w, a) for w, a in log if w == "sync" and a in recording] == [("sync", A.RECORD_AND_SAVE)]
+    assert outside == [("sync", None)]                             # the steps start from an idle device
+    last = [w for w, a in log if a == A.RECORD_AND_SAVE]
+    assert last == ["fn", "sync", "step", "stop"]
+    # no sync between one recorded step and the next: the host queues step k+1 while the GPU runs step k
+    assert [w for w, a in log if a == A.RECORD] == ["fn", "step"] * 2
+    # the warm-up may drain the device once, before recording starts
+    assert [w for w, a in log if a == A.WARMUP] == (["fn", "step"] * (warmup - 1) + ["fn", "sync", "step"]
+                                                    if warmup else [])

@@ -1,21 +1,20 @@
 """The planted bottlenecks on a GPU, from recorded-shape traces: one profiled step laid out as torch.profiler
-lays out a CUDA step (real ``FunctionEvent`` objects: host operators, ``aten::_local_scalar_dense`` syncs, the
-device's kernels), summarised by the real ``_summarise`` with a real :class:`~gpulab.work.Work` and real
+lays out a CUDA step (real ``FunctionEvent`` objects from ``tests/fake_kineto.py``: host operators,
+``aten::_local_scalar_dense`` syncs, the device's kernels, and kineto's device copy of the ``ProfilerStep#N``
+range), summarised by the real ``_summarise`` with a real :class:`~gpulab.work.Work` and real
 :class:`~gpulab.MachineLimits` shaped like a T4's measured ceilings. Each verdict must name its cause.
 """
 from __future__ import annotations
 
 import pytest
-from torch.autograd import DeviceType
-from torch.autograd.profiler_util import EventList, FunctionEvent
 
+import fake_kineto as K
 import gpulab as gl
 from gpulab.profiling import run
 from gpulab.profiling.events import idle_split
 from gpulab.timing import Env, Measurement
 from gpulab.work import Work
 
-KW = dict(use_device="cuda", stack=[], input_shapes=[])
 STEP_US = 10_000
 
 
@@ -37,23 +36,24 @@ def _work(flops, nbytes, dtype="float32", ops=40, syncs=0) -> Work:
 
 def _step(kernels, syncs=(), data=None, host_ops=None):
     """One 10 ms ProfilerStep: ``kernels`` (start, end) us on the device, each launched by an aten op on the host
-    just before it (or at ``host_ops``), ``syncs`` (start, end) us of aten::_local_scalar_dense on the host."""
-    evs, i = [FunctionEvent(1, "ProfilerStep#1", 1, 0, STEP_US, **KW)], 2
+    just before it (or at ``host_ops``), ``syncs`` (start, end) us of aten::_local_scalar_dense on the host; on
+    the device, kineto's copy of the step range from its first kernel to its last."""
+    step = K.host_step(1, 0, 0, STEP_US)
+    evs, i = [step], 2
     if data:
-        evs.append(FunctionEvent(i, "data", 1, data[0], data[1], is_user_annotation=True, **KW))
+        evs.append(K.annotation(i, "data", data[0], data[1]))
         i += 1
     for n, (a, b) in enumerate(kernels):
         h = host_ops[n] if host_ops else max(0, a - 5)
-        op = FunctionEvent(i, "aten::mm", 1, h, h + 4, **KW)
-        op.append_kernel("gemm", 0, b - a)
-        evs += [op, FunctionEvent(i + 1, "gemm", 7, a, b, device_type=DeviceType.CUDA, **KW)]
+        op = K.op(i, "aten::mm", h, h + 4)
+        evs += [op, K.kernel(i + 1, "gemm", a, b, launcher=op)]
         i += 2
     for a, b in syncs:
-        evs.append(FunctionEvent(i, "aten::_local_scalar_dense", 1, a, b, **KW))
+        evs.append(K.op(i, "aten::_local_scalar_dense", a, b))
         i += 1
-    el = EventList(evs, use_device="cuda")
-    el._build_tree()
-    return el
+    if kernels:
+        evs.append(K.device_step(step, min(a for a, _ in kernels), max(b for _, b in kernels)))
+    return K.event_list(evs)
 
 
 class _Prof:

@@ -24,24 +24,73 @@ matplotlib.use("Agg")
 
 
 # ---------------------------------------------------------------------------------------------- the fake
+class Queue:
+    """One CUDA stream as the device sees it: a name for the log and the stream's simulated clock."""
+
+    def __init__(self, name):
+        self.name, self.t = name, 0.0
+
+
 class Sim:
-    """The simulated device: a log of (where, what), the current stream, and the host's view of the clock."""
+    """The simulated device: a log of (where, what), its streams by id (0: the default stream, the current one
+    until ``torch.cuda.stream(s)`` switches), and the host's view of the clock."""
 
     active: "Sim"
 
     def __init__(self):
         self.log, self.created, self.n_events = [], [], 0
-        self.main = FakeStream.__new__(FakeStream)
-        self.main.name, self.main.t, self.main.device = "main", 0.0, None
-        self.current = self.main
+        self.queues = {0: Queue("main")}
+        self.current_id = 0
         self.synced_t = -math.inf             # every event at or before this time is complete
 
+    @property
+    def main(self):
+        return self.queues[0]
 
-class FakeStream:
+    @property
+    def current(self):
+        return self.queues[self.current_id]
+
+
+CUDA_TYPE = 1                                 # c10::DeviceType::CUDA, what a torch.cuda.Stream reports
+REAL_STREAM = torch.cuda.Stream
+
+
+class FakeStream(torch.Stream):
+    """torch.cuda.Stream: a Python handle on a CUDA stream. Like the real class it is a torch.Stream, so two
+    handles on one stream (same stream_id, device_index, device_type) are equal and hash alike while being
+    different objects; ``FakeStream(device=...)`` makes a new stream, ``FakeStream(stream_id=..., device_index=...,
+    device_type=...)`` a handle on an existing one (what the real ``current_stream()`` builds on every call)."""
+
+    def __new__(cls, device=None, priority=0, **kwargs):
+        if "stream_id" not in kwargs:
+            index = 0 if device is None else (torch.device(device).index or 0)
+            kwargs = dict(stream_id=len(Sim.active.queues), device_index=index, device_type=CUDA_TYPE)
+            Sim.active.queues[kwargs["stream_id"]] = Queue(f"side{len(Sim.active.created)}")
+        return super().__new__(cls, **kwargs)
+
     def __init__(self, device=None, priority=0, **kwargs):
-        sim = Sim.active
-        self.name, self.t, self.device = f"side{len(sim.created)}", 0.0, device
-        sim.created.append(self)
+        if "stream_id" not in kwargs:
+            Sim.active.created.append(self)
+
+    def __hash__(self):                       # as torch.cuda.Stream hashes
+        return hash((self.cuda_stream, self.device))
+
+    @property
+    def cuda_stream(self):                    # the cudaStream_t handle, as an int
+        return 0x7F00 + self.stream_id
+
+    @property
+    def name(self):
+        return Sim.active.queues[self.stream_id].name
+
+    @property
+    def t(self):
+        return Sim.active.queues[self.stream_id].t
+
+    @t.setter
+    def t(self, value):
+        Sim.active.queues[self.stream_id].t = value
 
     def wait_event(self, event):
         if event.t is None:
@@ -81,15 +130,16 @@ class FakeEvent:
 @contextlib.contextmanager
 def stream(stream):
     sim = Sim.active
-    prev, sim.current = sim.current, stream
+    prev, sim.current_id = sim.current_id, stream.stream_id
     try:
         yield
     finally:
-        sim.current = prev
+        sim.current_id = prev
 
 
 def current_stream(device=None):
-    return Sim.active.current
+    """A new handle on the current stream per call, as torch.cuda.current_stream builds one."""
+    return FakeStream(stream_id=Sim.active.current_id, device_index=0, device_type=CUDA_TYPE)
 
 
 def synchronize(device=None):
@@ -158,7 +208,7 @@ def test_measure_queues_each_task_on_its_stream_between_events_and_keeps_the_fas
     t = measure_streams([copy, k1, k2], device="cuda:0", repeats=3)
 
     assert t.measured and t.device == "Fake GPU" and t.source == "CUDA events"
-    assert [s.device for s in sim.created] == ["cuda:0", "cuda:0"]          # one stream per label, on the device
+    assert [s.device for s in sim.created] == [torch.device("cuda:0")] * 2  # one stream per label, on the device
     # fastest overlapped run is repeat 2: compute stream 1 + 1 = 2, copy stream 2 -> 2 s; serial fastest is
     # repeat 1 or 3 (2 + 3 + 1 = 6 s); ties keep the first
     assert t.overlapped_s == pytest.approx(2.0) and t.serial_s == pytest.approx(6.0)
@@ -210,6 +260,44 @@ def test_the_event_protocol_of_one_overlapped_run(sim):
     assert overlapped[12] == ("host", f"sync {end[1].split()[1]}")
     # the serial run: everything on the current stream, no waits
     assert {where for where, _ in serial} == {"main", "host"} and not any("wait" in w for _, w in serial)
+
+
+def test_stream_handles_compare_by_value_as_in_torch(sim):
+    """torch.cuda.current_stream() builds a new Stream on every call; handles on one stream are equal, not the
+    same object. The fake's handles are torch.Stream objects, so the real comparison is what is tested."""
+    real = REAL_STREAM
+    assert issubclass(real, torch.Stream) and "__eq__" in vars(real) and "__hash__" in vars(real)
+    for name in ("stream_id", "device_index", "device_type", "cuda_stream", "device"):
+        assert hasattr(real, name) and hasattr(FakeStream, name), name
+    a = torch.Stream(stream_id=0, device_index=0, device_type=CUDA_TYPE)
+    b = torch.Stream(stream_id=0, device_index=0, device_type=CUDA_TYPE)
+    assert a == b and a is not b and hash(a) == hash(b)
+    assert a != torch.Stream(stream_id=3, device_index=0, device_type=CUDA_TYPE)
+    one, two = torch.cuda.current_stream(), torch.cuda.current_stream("cuda")
+    assert one is not two and one == two and hash(one) == hash(two) and len({one, two}) == 1
+    side = torch.cuda.Stream(device="cuda")
+    assert side != one and len({one, side}) == 2
+    with torch.cuda.stream(side):
+        assert torch.cuda.current_stream() == side and torch.cuda.current_stream() is not side
+
+
+def test_the_serial_schedule_is_labelled_serial_in_its_panel_and_its_table(sim):
+    import matplotlib.pyplot as plt
+
+    tasks = [StreamTask("up", "copy", "h2d", fn=work(sim, "up", [1.0] * 4)),
+             StreamTask("mm", "compute", "kernel", fn=work(sim, "mm", [2.0] * 4))]
+    t = measure_streams(tasks, device="cuda", repeats=1)
+    assert [(s.stream, s.name, s.start_s, s.end_s) for s in t.serial_spans] == [
+        ("serial", "up", 0.0, 1.0), ("serial", "mm", 1.0, 3.0)]
+    assert [(s.stream, s.name) for s in t.spans] == [("copy", "up"), ("compute", "mm")]
+    df = t.to_dataframe()
+    assert df.loc[df.schedule == "serial", "stream"].tolist() == ["serial", "serial"]
+    assert df.loc[df.schedule == "overlapped", "stream"].tolist() == ["copy", "compute"]
+    ax = t.plot()
+    serial_ax = ax.figure.axes[1]
+    assert len(ax.patches) == 2 and len(serial_ax.patches) == 2          # the serial panel holds both tasks
+    assert [x.get_text() for x in serial_ax.get_yticklabels()] == ["serial"]
+    plt.close(ax.figure)
 
 
 def test_without_joining_the_side_streams_the_events_cannot_be_read(sim, monkeypatch):

@@ -47,7 +47,7 @@ class ProfileComparison:
         raise KeyError(f"no profile {label!r}; labels: {[s.label for s in self.summaries]}")
 
     def speedup(self, label: str) -> float:
-        """Baseline median step time / this profile's (>1 is faster)."""
+        """Baseline step time (median; the mean on a GPU) / this profile's (>1 is faster)."""
         return self.step_s(self.baseline) / self.step_s(label)
 
     def to_dataframe(self) -> Any:
@@ -81,7 +81,7 @@ class ProfileComparison:
 
     def _footer(self) -> str:
         speed = ("speedup from the steps timed without the profiler" if self.timings is not None
-                 else "step and speedup: median profiled step (profiler overhead included)")
+                 else "step and speedup: the profiled step (median; the mean on a GPU; profiler overhead included)")
         return f"{speed}; data, fwd+bwd, optimizer: shares of the profiled step time"
 
     def __repr__(self) -> str:

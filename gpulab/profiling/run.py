@@ -48,6 +48,11 @@ def profile(fn: Callable[[], Any], steps: int = 5, warmup: int = 1, *, label: st
     file into ``trace_dir`` (default ``traces/``, git-ignored). On CUDA the device is profiled too and
     the summary says whether its events were really recorded.
 
+    On a GPU the recorded steps run back to back as in a training loop: nothing waits for the device between
+    them, and it is drained once, at the end of the last one. A step's window and its phases are host-side
+    ranges (the CPU time to issue the work; the GPU runs it asynchronously, often later), so the step time is
+    the mean over the recorded steps, which together hold all their device work.
+
     The verdict is grounded in the machine's ceilings: the first warm-up call runs under a counting mode
     (``count_work``; it is slower, and not recorded) to learn the step's FLOPs and bytes per operator, and
     ``limits`` (default: :func:`gpulab.machine_limits` of the device, measured once per process; ``False``
@@ -94,18 +99,22 @@ def profile(fn: Callable[[], Any], steps: int = 5, warmup: int = 1, *, label: st
         from ..work import _count
 
         work = _count(fn, (), {}, created)
-        if cuda:
-            torch.cuda.synchronize()
         rest -= 1
+    if cuda:
+        torch.cuda.synchronize(device)    # the profiled steps start from an idle device
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*warmup.*")   # warmup=0 is a valid choice here
         with torch.profiler.profile(activities=activities, record_shapes=record_shapes, profile_memory=memory,
                                     schedule=schedule(wait=0, warmup=rest, active=steps, repeat=1),
                                     on_trace_ready=on_ready) as prof:
-            for _ in range(rest + steps):
+            for i in range(rest + steps):
                 fn()
-                if cuda:
-                    torch.cuda.synchronize()
+                # the recorded steps run as the loop runs: the host queues step k+1 while the GPU still works on
+                # step k. The device is drained only after the last warm-up step (before recording starts) and
+                # after the last recorded step (inside its window, before the profiler stops), so the recorded
+                # windows hold all the device's work for those steps and nothing else.
+                if cuda and i in (rest - 1, rest + steps - 1):
+                    torch.cuda.synchronize(device)
                 prof.step()
     cuda_used = cuda and _cuda_allocs(torch) > allocs_before
     kept = _kept_graph(created) if work is not None else None
@@ -131,6 +140,17 @@ def _kept_graph(created: list[Any]) -> tuple[int, int]:
     return len(alive), int(sum(t.numel() * t.element_size() for t in alive))
 
 
+def _step_windows(events: Any) -> list[tuple[float, float]]:
+    """The profiled steps as (start, end) seconds: the host's ``ProfilerStep*`` ranges, one per ``prof.step()``.
+
+    On CUDA, kineto also puts a copy of each step range on the device timeline (the same name, device type
+    CUDA, activity ``gpu_user_annotation``, ``is_user_annotation`` True) spanning the step's first to last
+    device operation. It is the device's view of a step, not another step: counting it would double the steps
+    and halve the step time.
+    """
+    return sorted(_interval_s(e) for e in events if e.name.startswith("ProfilerStep") and not _is_device_event(e))
+
+
 def _op_stat(a: Any, cuda: bool, memory: bool) -> OpStat:
     """One ``key_averages()`` row (``FunctionEventAvg``, times in microseconds) as an :class:`OpStat`."""
     is_dev = _is_device_event(a)
@@ -152,8 +172,7 @@ def _summarise(prof: Any, label: str, kind: str, steps: int, warmup: int, cuda: 
                memory: bool, trace_path: str | None, *, work: Any = None, limits: Any = None,
                kept_graph: tuple[int, int] | None = None) -> ProfileSummary:
     events = list(prof.events())
-    step_events = [e for e in events if e.name.startswith("ProfilerStep")]
-    windows = sorted(_interval_s(e) for e in step_events)
+    windows = _step_windows(events)
     if not windows:   # pragma: no cover - torch always emits ProfilerStep ranges with a schedule
         raise RuntimeError("the profiler recorded no steps: was fn() called?")
     n = len(windows)

@@ -42,7 +42,9 @@ class ProfileSummary:
     work: Any = None              # gpulab.work.Work of one step (counted in the first warm-up call), or None
     limits: Any = None            # the MachineLimits the verdict compares the step with, or None
     kept_graph: tuple[int, int] | None = None   # (tensors, bytes) of a step's graph still alive steps later
-    step_s: float = field(init=False)     # median wall time of a profiled step (profiler overhead included)
+    # wall time of a profiled step (profiler overhead included): the median on a CPU; the mean when a GPU was
+    # profiled, whose steps are host-side windows of a loop that never waits for the device until its last step
+    step_s: float = field(init=False)
     total_s: float = field(init=False)    # all profiled steps
     # device time over all profiled steps, each kernel/copy counted once (the self device time of the
     # ``device_work`` rows); None when no device time was recorded
@@ -51,7 +53,8 @@ class ProfileSummary:
     def __post_init__(self) -> None:
         if not self.step_times_s or self.steps != len(self.step_times_s):
             raise ValueError(f"need one time per profiled step, got {len(self.step_times_s)} for {self.steps} steps")
-        object.__setattr__(self, "step_s", statistics.median(self.step_times_s))
+        object.__setattr__(self, "step_s", statistics.fmean(self.step_times_s) if self.device.profiled
+                           else statistics.median(self.step_times_s))
         object.__setattr__(self, "total_s", float(sum(self.step_times_s)))
         work = [o.self_device_s for o in self.ops if o.device_work and o.self_device_s is not None]
         object.__setattr__(self, "device_time_s", float(sum(work)) if work else None)
@@ -169,7 +172,7 @@ class ProfileSummary:
     def _head(self) -> str:
         shares = ", ".join(f"{k} {self.share(k):.0%}" for k in self.phases_s if self.phases_s[k] > 0)
         return (f"Profile {self.label!r} on {self.device_kind}: {self.steps} steps after {self.warmup} warm-up, "
-                f"median step {fmt_seconds(self.step_s)}; {shares}")
+                f"{'mean' if self.device.profiled else 'median'} step {fmt_seconds(self.step_s)}; {shares}")
 
     def _op_rows(self, n: int = 8) -> tuple[list[str], list[list[str]]]:
         dev = self.device.kernels
