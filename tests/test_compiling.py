@@ -3,6 +3,7 @@ ONNX Runtime, and one-off costs with break-even in comparison tables."""
 from __future__ import annotations
 
 import inspect
+import time
 import types
 
 import pytest
@@ -159,3 +160,78 @@ def test_comparison_with_one_off_costs_and_break_even():
         gl.compare([eager, fast], setup_s={"nope": 1.0})
     with pytest.raises(ValueError, match="seconds >= 0"):
         gl.compare([eager, fast], setup_s={"compiled": -1.0})
+
+
+# ---- CUDA graph trees: warm-up and recording are one-off calls ---------------------------------------------
+def test_cudagraph_record_calls_follow_inductors_modes_and_cudagraph_trees():
+    from torch._inductor import config
+    from torch._inductor.cudagraph_trees import CUDAGraphTreeManager
+
+    # the real manager: a function not yet warmed up runs eagerly (warm-up); recorded on a later call
+    src = inspect.getsource(CUDAGraphTreeManager._run)
+    assert "warmed_up_functions" in src and "skip_cudagraph_warmup" in src and "run_eager" in src
+    assert config.triton.cudagraph_trees
+    assert compiling._cudagraph_record_calls("inductor", "reduce-overhead") == 1
+    assert compiling._cudagraph_record_calls("inductor", "max-autotune") == 1
+    assert compiling._cudagraph_record_calls("inductor", "max-autotune-no-cudagraphs") == 0
+    assert compiling._cudagraph_record_calls("inductor", None) == 0
+    assert compiling._cudagraph_record_calls("eager", None) == 0
+    with config.patch({"triton.skip_cudagraph_warmup": True}):              # recorded on the first call
+        assert compiling._cudagraph_record_calls("inductor", "reduce-overhead") == 0
+    with config.patch({"triton.cudagraph_trees": False}):                   # cudagraphify records at once
+        assert compiling._cudagraph_record_calls("inductor", "reduce-overhead") == 0
+    with config.patch({"triton.cudagraphs": True}):                         # the default mode, graphs switched on
+        assert compiling._cudagraph_record_calls("inductor", None) == 1
+    assert config.triton.cudagraph_trees and not config.triton.skip_cudagraph_warmup
+
+
+def test_compile_report_counts_cuda_graph_warm_up_and_recording_as_compile_time(monkeypatch):
+    slow_calls = 2                                 # warm-up (with the compile), then recording; replays after
+
+    class FakeCompiled:                            # a compiled function whose first calls are slow
+        calls = 0
+
+        def __call__(self, x):
+            FakeCompiled.calls += 1
+            if FakeCompiled.calls <= slow_calls:
+                time.sleep(0.15)
+            return x + 1
+
+    monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: FakeCompiled())
+    monkeypatch.setattr(compiling, "_runs_on_cuda", lambda fn, args, device: True)
+    r = compiling.compile_report(lambda x: x + 1, torch.ones(4), mode="reduce-overhead", explain=False,
+                                 min_run_time=0.05)
+    assert r.one_off_calls == 2 and r.first_call_s >= 2 * 0.15
+    assert r.compile_s == pytest.approx(r.first_call_s - 2 * r.compiled.median_s)
+    assert r.compiled.median_s < 0.05                     # the timed calls are replays: no recording among them
+    assert "first 2 calls" in repr(r)
+    if r.saved_per_call_s > 0:
+        assert r.break_even_steps == pytest.approx(r.compile_s / r.saved_per_call_s)
+
+    FakeCompiled.calls = 0                           # on a CPU there is no CUDA graph: the first call alone
+    monkeypatch.setattr(compiling, "_runs_on_cuda", lambda fn, args, device: False)
+    r = compiling.compile_report(lambda x: x + 1, torch.ones(4), mode="reduce-overhead", explain=False,
+                                 min_run_time=0.05)
+    assert r.one_off_calls == 1 and "compile (first call)" in repr(r)
+
+
+def test_runs_on_cuda_reads_the_device_or_the_tensors():
+    assert compiling._runs_on_cuda(lambda x: x, (torch.ones(2),), "cuda:0")
+    assert not compiling._runs_on_cuda(lambda x: x, (torch.ones(2),), None)
+    assert not compiling._runs_on_cuda(torch.nn.Linear(2, 2), (), None)
+    assert compiling._runs_on_cuda(lambda x: x, (torch.zeros(2).as_subclass(_FakeCudaTensor),), None)
+
+
+# ---- ONNX export needs onnx and onnxscript ---------------------------------------------------------------
+@pytest.mark.parametrize("blocked", [("onnxscript",), ("onnx", "onnxscript"), ("onnxruntime",)])
+def test_onnx_runtime_without_its_packages_names_them_and_the_install_line(monkeypatch, tmp_path, blocked):
+    import sys
+
+    for name in blocked:
+        monkeypatch.setitem(sys.modules, name, None)          # import name -> ImportError
+    with pytest.raises(ImportError) as info:
+        compiling.onnx_runtime(torch.nn.Linear(2, 2), torch.ones(1, 2), path=str(tmp_path / "m.onnx"))
+    text = str(info.value)
+    assert "\n" not in text and " and ".join(blocked) in text
+    assert "pip install onnx onnxscript onnxruntime" in text and "gpulab[onnx]" in text
+    assert not (tmp_path / "m.onnx").exists()                  # refused before exporting anything

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import types
 
 import numpy as np
 import pytest
@@ -283,3 +284,123 @@ def test_fused_challenge_passes_a_fused_kernel_and_fails_unfused_or_wrong_code()
     with pytest.raises(ValueError, match="bytes_ratio"):
         course.fused_challenge("bad", reference, fused, [x], bytes_ratio=0)
     assert math.isfinite(ok.bytes_ratio)
+
+
+# ------------------------------------------------------------------------------------------------ extension builds
+NVCC_13 = """nvcc: NVIDIA (R) Cuda compiler driver
+Copyright (c) 2005-2025 NVIDIA Corporation
+Built on Wed_Aug_20_01:58:59_PM_PDT_2025
+Cuda compilation tools, release 13.0, V13.0.88
+Build cuda_13.0.r13.0/compiler.36424714_0
+"""
+NVCC_12 = (NVCC_13.replace("release 13.0, V13.0.88", "release 12.4, V12.4.131")
+           .replace("cuda_13.0.r13.0", "cuda_12.4.r12.4"))
+
+
+@pytest.fixture
+def build_machine(monkeypatch, tmp_path):
+    """A CUDA machine as cuda_build_support sees it: torch.version.cuda, a GPU, CUDA_HOME with an nvcc whose
+    ``--version`` prints ``nvcc_text``; load_inline recorded instead of compiling."""
+    import subprocess
+    import torch.utils.cpp_extension as ce
+
+    from gpulab.kernels import extension
+
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "nvcc").write_text("#!/bin/sh\n")
+    builds = []
+
+    def install(torch_cuda="13.0", nvcc_text=NVCC_13):
+        monkeypatch.setattr(torch.version, "cuda", torch_cuda)
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(ce, "CUDA_HOME", str(tmp_path))
+        runs = []
+
+        def fake_run(cmd, **kwargs):
+            runs.append(list(cmd))
+            assert cmd == [str(tmp_path / "bin" / "nvcc"), "--version"]
+            return subprocess.CompletedProcess(cmd, 0, stdout=nvcc_text, stderr="")
+
+        monkeypatch.setattr(extension.subprocess, "run", fake_run)
+        monkeypatch.setattr(ce, "load_inline", lambda **kwargs: builds.append(kwargs) or types.SimpleNamespace())
+        return runs, builds
+
+    return install
+
+
+def test_cuda_build_support_reads_nvcc_release_as_torch_does():
+    from gpulab.kernels.extension import _nvcc_release
+    from torch.utils import cpp_extension as ce
+
+    assert _nvcc_release(NVCC_13) == "13.0" and _nvcc_release(NVCC_12) == "12.4"
+    assert _nvcc_release("no version here") is None
+    # torch compares the same "release X.Y" field and refuses another major version
+    src = inspect.getsource(ce._check_cuda_version)
+    assert "release (\\d+[.]\\d+)" in src and "cuda_ver.major != torch_cuda_version.major" in src
+
+
+def test_cuda_part_built_only_when_nvcc_major_matches_torch(build_machine):
+    runs, builds = build_machine(torch_cuda="13.0", nvcc_text=NVCC_12)
+    support = gl.kernels.cuda_build_support()
+    assert not support.ok and support.nvcc_cuda == "12.4" and support.torch_cuda == "13.0"
+    assert "nvcc is CUDA 12.4 but torch was built with CUDA 13.0" in support.reason and "\n" not in support.reason
+    ext = gl.kernels.cpp_extension("mismatch_ext", "int f();", ["f"], cuda_sources="__global__ void k() {}",
+                                   cuda_functions=["g"])
+    assert not ext.cuda and ext.device == "cpu" and ext.functions == ("f",)
+    assert "cuda_sources" not in builds[-1] and builds[-1]["name"] == "mismatch_ext"
+    assert "CUDA part skipped (nvcc is CUDA 12.4" in ext.note and "C++)" in repr(ext)
+
+    build_machine(torch_cuda="13.0", nvcc_text=NVCC_13.replace("13.0, V13.0.88", "13.2, V13.2.51"))
+    ext = gl.kernels.cpp_extension("match_ext", "int f();", ["f"], cuda_sources="__global__ void k() {}",
+                                   cuda_functions=["g"])
+    assert ext.cuda and ext.device == "cuda" and ext.functions == ("f", "g") and ext.name == "match_ext_cuda"
+    assert builds[-1]["cuda_sources"] == "__global__ void k() {}"       # a minor difference builds (torch warns)
+
+
+def test_cuda_part_skipped_when_nvcc_says_no_release_or_torch_is_not_a_cuda_build(build_machine):
+    build_machine(torch_cuda="13.0", nvcc_text="nvcc: command output without a version\n")
+    support = gl.kernels.cuda_build_support()
+    assert not support.ok and "names no CUDA release" in support.reason
+    runs, _ = build_machine(torch_cuda=None)
+    support = gl.kernels.cuda_build_support()
+    assert not support.ok and "not a CUDA build" in support.reason and runs == []   # nvcc not even asked
+
+
+def test_lesson_narrates_the_extension_by_what_was_built():
+    import json
+    from pathlib import Path
+
+    nb = json.loads((Path(__file__).parent.parent / "notebooks" / "11_kernels_and_streams.ipynb").read_text())
+    code = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    build = next(c for c in code if "gl.kernels.cpp_extension(" in c)
+    story = next(c for c in code if "ext_table.speedup" in c)
+    assert "ext.device" in build and "session.device" not in build.split("cpp_extension(", 1)[1]
+    assert "kind=ext.device" in story
+
+
+# ------------------------------------------------------------------------------------------------ tuning records
+@needs_interpreter
+def test_tuning_tells_a_single_config_from_the_interpreter():
+    single = triton.autotune(configs=[triton.Config({"BLOCK": 64}, num_warps=2)], key=["n"])(_add)
+    src = inspect.getsource(type(single).run)        # Triton's autotuner times configs only when it has several
+    assert "len(self.configs) > 1" in src and "len(pruned_configs) == 1" in src
+    x = torch.randn(300)
+    out = torch.empty_like(x)
+    single[lambda meta: (triton.cdiv(300, meta["BLOCK"]),)](x, x, out, 300)   # the real autotuner, one config
+    assert gl.kernels.check_kernel(out, 2 * x).ok
+    t = gl.kernels.tuning(single)
+    assert not t.tuned and t.why == measure._ONE_CONFIG_WHY and "one config" in repr(t)
+
+    interp = gl.kernels.autotune([triton.Config({"BLOCK": 64}), triton.Config({"BLOCK": 128})], key=["n"],
+                                 backend=TRITON)(_add)
+    assert gl.kernels.tuning(interp).why == measure._INTERPRETER_WHY
+    one_interp = gl.kernels.autotune([triton.Config({"BLOCK": 64})], key=["n"], backend=TRITON)(_add)
+    assert gl.kernels.tuning(one_interp).why == measure._ONE_CONFIG_WHY
+
+    compiled = gl.kernels.KernelBackend("triton", "compiled", "cuda", triton.__version__, "fake GPU")
+    pruned = gl.kernels.autotune([triton.Config({"BLOCK": 64}), triton.Config({"BLOCK": 128})], key=["n"],
+                                 backend=compiled)(_add)
+    pruned.best_config = pruned.configs[1]            # as run() leaves it when pruning kept one config
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TRITON_INTERPRET", "0")
+        assert gl.kernels.tuning(pruned).why == measure._PRUNED_WHY

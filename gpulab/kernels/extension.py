@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -22,16 +24,44 @@ __all__ = ["BuildSupport", "cuda_build_support", "Extension", "cpp_extension"]
 
 @dataclass(frozen=True)
 class BuildSupport:
-    """Whether CUDA source can be compiled *and run* here: a CUDA GPU, and ``nvcc`` for torch's CUDA version."""
+    """Whether CUDA source can be compiled *and run* here: a CUDA GPU, and ``nvcc`` of torch's CUDA major version
+    (``nvcc_cuda`` and ``torch_cuda`` are the two versions compared, when they were read)."""
 
     ok: bool
     reason: str
     nvcc: str | None = None
+    nvcc_cuda: str | None = None
+    torch_cuda: str | None = None
+
+
+def _nvcc_release(version_text: str) -> str | None:
+    """The CUDA release in ``nvcc --version``'s output (``"13.0"``), read as torch reads it; None if absent.
+
+    Example:
+        >>> _nvcc_release("Cuda compilation tools, release 12.4, V12.4.131")
+        '12.4'
+    """
+    found = re.search(r"release (\d+)\.(\d+)", version_text)
+    return f"{found.group(1)}.{found.group(2)}" if found else None
+
+
+def _nvcc_version_text(nvcc: str) -> str:
+    try:
+        done = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout
+
+
+def _major(version: str) -> str:
+    return version.split(".")[0]
 
 
 def cuda_build_support() -> BuildSupport:
-    """Can ``load_inline(cuda_sources=...)`` build and run here? Needs torch with CUDA, a GPU and ``nvcc``
-    (Colab has all three; a CPU-only machine compiles C++ only).
+    """Can ``load_inline(cuda_sources=...)`` build and run here? Needs torch built with CUDA, a GPU, and the
+    ``nvcc`` torch finds (``CUDA_HOME``) at torch's CUDA major version: ``load_inline`` refuses an ``nvcc`` of
+    another major version (CUDA 12 against a CUDA 13 torch), so such a machine builds the C++ part only.
+    A different minor version builds (torch warns). Colab's ``nvcc`` matches its torch.
 
     Example:
         >>> cuda_build_support().ok in (True, False)
@@ -39,24 +69,42 @@ def cuda_build_support() -> BuildSupport:
     """
     try:
         import torch
-        from torch.utils.cpp_extension import CUDA_HOME
     except ImportError:
         return BuildSupport(False, "torch is not installed")
-    if torch.version.cuda is None:
+    torch_cuda = torch.version.cuda
+    if torch_cuda is None:
         return BuildSupport(False, f"this torch ({torch.__version__}) is not a CUDA build")
     if not torch.cuda.is_available():
-        return BuildSupport(False, "no CUDA GPU here: CUDA kernels could be compiled but not run")
-    nvcc = os.path.join(CUDA_HOME, "bin", "nvcc") if CUDA_HOME else shutil.which("nvcc")
+        return BuildSupport(False, "no CUDA GPU here: CUDA kernels could be compiled but not run", None, None,
+                            torch_cuda)
+    log = logging.getLogger("torch.utils.cpp_extension")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        from torch.utils.cpp_extension import CUDA_HOME
+    finally:
+        log.setLevel(level)
+    nvcc = os.path.join(CUDA_HOME, "bin", "nvcc") if CUDA_HOME else None
     if not nvcc or not os.path.exists(nvcc):
-        return BuildSupport(False, "no nvcc (the CUDA toolkit's compiler) found: install the CUDA toolkit matching "
-                                   f"torch.version.cuda = {torch.version.cuda}, or set CUDA_HOME")
-    return BuildSupport(True, f"CUDA GPU and nvcc ({nvcc}) for torch's CUDA {torch.version.cuda}", nvcc)
+        return BuildSupport(False, "no nvcc (the CUDA toolkit's compiler) found: install the CUDA toolkit of "
+                                   f"torch.version.cuda = {torch_cuda}, or set CUDA_HOME", None, None, torch_cuda)
+    nvcc_cuda = _nvcc_release(_nvcc_version_text(nvcc))
+    if nvcc_cuda is None:
+        return BuildSupport(False, f"{nvcc} --version names no CUDA release, so it cannot be matched with torch's "
+                                   f"CUDA {torch_cuda}", nvcc, None, torch_cuda)
+    if _major(nvcc_cuda) != _major(torch_cuda):
+        return BuildSupport(False, f"nvcc is CUDA {nvcc_cuda} but torch was built with CUDA {torch_cuda}, and "
+                                   f"load_inline needs the same major version: install the CUDA {_major(torch_cuda)} "
+                                   "toolkit and point CUDA_HOME at it", nvcc, nvcc_cuda, torch_cuda)
+    return BuildSupport(True, f"CUDA GPU and nvcc {nvcc_cuda} ({nvcc}) for torch's CUDA {torch_cuda}", nvcc,
+                        nvcc_cuda, torch_cuda)
 
 
 @dataclass(frozen=True)
 class Extension:
     """A compiled extension: its ``module``, how long loading took (``build_s``: compile on a cold cache,
-    milliseconds on a warm one) and whether its CUDA part was built."""
+    milliseconds on a warm one) and whether its CUDA part was built (``cuda``; ``device`` says where its
+    functions run: pick the function, the tensors and the lesson's text by it, not by the machine)."""
 
     name: str
     build_s: float
@@ -64,6 +112,11 @@ class Extension:
     functions: tuple[str, ...]
     note: str
     module: ModuleType = field(repr=False, compare=False)
+
+    @property
+    def device(self) -> str:
+        """``"cuda"`` when the CUDA part was built and bound, else ``"cpu"`` (the C++ functions only)."""
+        return "cuda" if self.cuda else "cpu"
 
     def __repr__(self) -> str:
         return (f"extension {self.name!r}: {', '.join(self.functions)} - loaded in {self.build_s:.1f} s "

@@ -284,17 +284,19 @@ def autotune(configs: Sequence[Any], key: Sequence[str], backend: Any = None) ->
 
 @dataclass(frozen=True)
 class Tuning:
-    """What the autotuner measured per config (ms per launch, on a GPU) and which config it chose."""
+    """What the autotuner measured per config (ms per launch, on a GPU) and which config it chose; when nothing
+    was timed, ``why`` says which of the two reasons it was: the interpreter cannot time kernels, or there was
+    one config to launch (Triton's autotuner times nothing then)."""
 
     kernel: str
     tuned: bool
     best: str
     timings_ms: tuple[tuple[str, float | None], ...]
+    why: str = ""
 
     def __repr__(self) -> str:
         if not self.tuned:
-            return (f"{self.kernel}: not tuned (the interpreter cannot time kernels); launched with {self.best}. "
-                    "On a GPU, triton.autotune times every config on the first launch and keeps the fastest.")
+            return f"{self.kernel}: not tuned{f' ({self.why})' if self.why else ''}; launched with {self.best}."
         lines = [(c, "N/A" if t is None else f"{t * 1e3:.1f}", "<- chosen" if c == self.best else "")
                  for c, t in self.timings_ms]
         return f"{self.kernel}: autotuned\n" + text_table(["config", "us per launch", ""], lines)
@@ -309,20 +311,50 @@ class Tuning:
         return html_table(["config", "us per launch", ""], rows, caption=f"{self.kernel}: autotuned")
 
 
+_INTERPRETER_WHY = ("the interpreter cannot time kernels; on a GPU, triton.autotune times every config on the first "
+                   "launch and keeps the fastest")
+_ONE_CONFIG_WHY = "one config to launch: Triton's autotuner times nothing when there is nothing to choose between"
+_PRUNED_WHY = ("the configs were pruned to one for this input (prune_configs_by), so Triton's autotuner timed "
+              "nothing")
+
+
 def _config_text(cfg: Any) -> str:
     kw = ", ".join(f"{k}={v}" for k, v in getattr(cfg, "kwargs", {}).items())
     return f"{kw}, num_warps={getattr(cfg, 'num_warps', '?')}" if kw else f"num_warps={getattr(cfg, 'num_warps', '?')}"
 
 
 def tuning(kernel: Any) -> Tuning:
-    """The autotuner's record for ``kernel`` (decorated with :func:`autotune` and launched at least once)."""
+    """The autotuner's record for ``kernel`` (decorated with :func:`autotune` and launched at least once).
+
+    Untimed configs are told apart: :func:`autotune`'s stand-in under the interpreter, a Triton autotuner given a
+    single config (its ``run`` launches it without timing), or one whose configs were pruned to one.
+
+    Example:
+        >>> import triton
+        >>> from gpulab.kernels import triton_backend
+        >>> one = autotune([triton.Config({"BLOCK": 128})], key=["n"], backend=triton_backend("cpu"))(lambda: None)
+        >>> tuning(one).tuned
+        False
+    """
+    import os
+
     name = getattr(getattr(kernel, "fn", kernel), "__name__", "kernel")
     best = getattr(kernel, "best_config", None)
     if best is None:
         raise ValueError(f"{name} has not been launched yet (or is not autotuned): launch it once, then ask")
     timings = getattr(kernel, "configs_timings", None) or {}
-    if isinstance(kernel, _UntunedKernel) or not timings:
-        return Tuning(name, False, _config_text(best), ())
+    if isinstance(kernel, _UntunedKernel):
+        why = _ONE_CONFIG_WHY if len(kernel.configs) == 1 else _INTERPRETER_WHY
+        return Tuning(name, False, _config_text(best), (), why)
+    if not timings:
+        configs = list(getattr(kernel, "configs", None) or ())
+        if len(configs) <= 1:
+            why = _ONE_CONFIG_WHY
+        elif os.environ.get("TRITON_INTERPRET", "0") == "1":
+            why = _INTERPRETER_WHY
+        else:
+            why = _PRUNED_WHY
+        return Tuning(name, False, _config_text(best), (), why)
     rows = []
     for cfg, t in timings.items():
         ms = t[0] if isinstance(t, (list, tuple)) else t
