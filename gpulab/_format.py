@@ -30,7 +30,10 @@ def _si(x: float, units: Sequence[str], base: float, digits: int) -> str:
     while abs(x) >= base and i < len(units) - 1:
         x /= base
         i += 1
-    text = f"{x:.0f}" if abs(x) >= 10**digits else f"{x:.{digits}g}"
+    if abs(float(f"{x:.{digits}g}")) >= base and i < len(units) - 1:   # 999.7 GB/s rounds to 1 TB/s
+        x /= base
+        i += 1
+    text = f"{x:.0f}" if abs(float(f"{x:.{digits}g}")) >= 10**digits else f"{x:.{digits}g}"   # 999.5 MiB: "1000"
     return f"{text} {units[i]}"
 
 

@@ -183,8 +183,10 @@ def diagnose(info: SystemInfo) -> list[Diagnosis]:
                     f"{'use' if torch_fw.detail.get('cudnn_tf32') else 'do not use'} TF32). "
                     + ("fp32 matmuls run on tensor cores with a 10-bit mantissa." if on else
                        "fp32 matmuls run at full fp32 precision and speed."),
-                    "" if on else "torch.set_float32_matmul_precision('high') turns TF32 on (lesson 04 measures it); "
-                    "TensorFlow uses TF32 by default on this GPU.")
+                    "" if on else ("torch.backends.cuda.matmul.fp32_precision = 'tf32'"
+                                   if torch_fw.detail.get("tf32_api") == "fp32_precision" else
+                                   "torch.set_float32_matmul_precision('high')")
+                    + " turns TF32 on (lesson 04 measures it); TensorFlow uses TF32 by default on this GPU.")
         elif torch_fw.detail.get("mps"):
             add("ok", "torch-mps", "torch uses Apple's GPU through MPS.")
         if info.torch_threads is not None and info.torch_threads < max(1, (info.physical_cores or 1)):

@@ -3,8 +3,9 @@
 Optimised configurations report their share of these measured limits, not only a speedup. A ceiling is
 the best this machine showed it can do: the fastest run over a sweep of matmul sizes (as the vendors' and
 the STREAM benchmarks report), and a copy much larger than any cache. :func:`machine_limits` measures once
-per device, machine and library versions while the Python process (the notebook's kernel) lives, and only
-adds to what it knows: a second call never reports a lower ceiling. When a run beats a ceiling anyway,
+per device (``"cuda"`` is the current GPU, ``"cuda:0"`` when that is GPU 0), machine, library versions and, on a
+GPU, whether fp32 matmuls may use TF32, while the Python process (the notebook's kernel) lives, and only adds to
+what it knows: a second call never reports a lower ceiling. When a run beats a ceiling anyway,
 :func:`ceiling_for` raises it for that table and says so, so no share of a measured ceiling exceeds 100%.
 
 Example:
@@ -84,13 +85,15 @@ class MachineLimits:
     """Measured ceilings of one device: best matmul FLOP/s per dtype and copy bandwidth.
 
     A ceiling is the fastest run observed (not the median) over every size measured: the most this machine
-    showed it can do. :attr:`method` says how the figures were obtained.
+    showed it can do. :attr:`method` says how the figures were obtained. ``fp32_tf32``: whether the fp32
+    matmuls were allowed TF32 (on a CUDA GPU; None elsewhere), which makes Ampere and newer GPUs several times faster.
     """
 
     device: str
     env: Env
     matmul: tuple[Measurement, ...]
     copy: tuple[Measurement, ...]
+    fp32_tf32: bool | None = None
 
     def __post_init__(self) -> None:
         if not self.matmul or not self.copy:
@@ -141,12 +144,14 @@ class MachineLimits:
         sizes = sorted({int(m.label.split()[1]) for m in self.matmul})
         runs = sum(m.runs for m in self.matmul)
         copy = max(self.copy, key=lambda m: m.bytes_moved or 0)
+        tf32 = {True: "; fp32 matmuls with TF32 allowed", False: "; fp32 matmuls without TF32", None: ""}
         return (f"fastest of {runs} runs of torch.mm(out=) over n = {', '.join(map(str, sizes))} per dtype; "
                 f"{copy.label} (read + write counted), fastest of {copy.runs} runs; {self.env.threads} threads, "
-                f"torch {self.env.torch}")
+                f"torch {self.env.torch}{tf32[self.fp32_tf32]}")
 
     def _rows(self) -> list[tuple[str, str]]:
-        rows = [(f"matmul {d}", fmt_flops(self.peak_flops(d))) for d in self.dtypes]
+        tf32 = lambda d: " (TF32)" if d == "float32" and self.fp32_tf32 else ""   # noqa: E731
+        rows = [(f"matmul {d}{tf32(d)}", fmt_flops(self.peak_flops(d))) for d in self.dtypes]
         rows.append(("memory copy (read+write)", fmt_rate(self.bandwidth_bytes_per_s)))
         rows += [(f"ridge point {d}", f"{self.ridge_point(d):.3g} FLOP/byte") for d in self.dtypes]
         return rows
@@ -168,7 +173,27 @@ class MachineLimits:
 _CACHE: dict[tuple[Any, ...], MachineLimits] = {}
 
 
+def _normalised(dev: Any) -> Any:
+    """``dev`` as a torch.device with its index: "cuda" (or a bare CUDA device) is the current GPU, "cuda:N"."""
+    import torch
+
+    dev = torch.device(dev)
+    if dev.type == "cuda" and dev.index is None:
+        return torch.device("cuda", int(torch.cuda.current_device()))
+    return dev
+
+
+def _fp32_tf32(dev: Any) -> bool | None:
+    """Whether fp32 matmuls on ``dev`` may use TF32 now (CUDA only: None elsewhere)."""
+    if dev.type != "cuda":
+        return None
+    from .system import tf32_state
+
+    return tf32_state().matmul
+
+
 def _machine_key(dev: Any) -> tuple[Any, ...]:
+    """What a measurement depends on, less the TF32 switch (a CUDA device's key ends with it)."""
     from .timing import environment
 
     env = environment(dev)
@@ -196,9 +221,11 @@ def machine_limits(device: Any = None, dtypes: Sequence[str] | None = None, size
     2048, 4096, 8192 on a GPU; a 1 GiB copy (beyond any cache); dtypes fp32, plus bf16 where the hardware has
     it (Ampere+, AMX, AVX512-BF16), plus fp16 on CUDA.
 
-    Measured once per device, machine and torch version while this process lives: later calls measure only
-    the dtypes and sizes not measured yet, and return everything known (ceilings only ever rise).
-    ``refresh=True`` forgets and measures again.
+    Measured once per device (``"cuda"``, ``"cuda:0"``, ``torch.device("cuda")`` and ``0`` are one GPU when it is
+    the current one), machine and torch version while this process lives: later calls measure only the dtypes and
+    sizes not measured yet, and return everything known (ceilings only ever rise). On a GPU the fp32 matmuls are
+    remembered per TF32 setting (:func:`gpulab.system.tf32_state`): turning TF32 on or off measures fp32 again,
+    and shares the other dtypes and the copy. ``refresh=True`` forgets and measures again.
 
     Example:
         >>> import gpulab as gl
@@ -212,7 +239,7 @@ def machine_limits(device: Any = None, dtypes: Sequence[str] | None = None, size
 
     from .system import device as pick_device, system_info
 
-    dev = pick_device() if device is None else torch.device(device)
+    dev = _normalised(pick_device() if device is None else device)
     gpu = dev.type in ("cuda", "mps")
     if dtypes is None:   # bf16 where the hardware has it (Ampere+, AMX, AVX512-BF16): measured, not assumed fast
         info = system_info(frameworks=("torch",))
@@ -227,21 +254,27 @@ def machine_limits(device: Any = None, dtypes: Sequence[str] | None = None, size
     if copy_bytes is not None:
         _nbytes("copy_bytes", copy_bytes, low=4096)
     copy_bytes = copy_bytes or (1 << 30)  # larger than CPU caches (some server L3s exceed 256 MiB)
-    key = _machine_key(dev)
+    base, tf32 = _machine_key(dev), _fp32_tf32(dev)
+    key = (*base, tf32)
     if refresh:
-        _CACHE.pop(key, None)
+        for k in [k for k in _CACHE if k[:-1] == base]:
+            del _CACHE[k]
     known = _CACHE.get(key)
-    have = {m.label for m in known.matmul} if known else set()
-    have_copy = {m.bytes_moved for m in known.copy} if known else set()
+    sibling = None if known else next((v for k, v in _CACHE.items() if k[:-1] == base), None)
+    if known:
+        old_matmul, old_copy = known.matmul, known.copy
+    elif sibling:   # the same GPU with the other TF32 setting: all but its fp32 matmuls hold here too
+        old_matmul, old_copy = tuple(m for m in sibling.matmul if not m.label.endswith(" float32")), sibling.copy
+    else:
+        old_matmul, old_copy = (), ()
+    have, have_copy = {m.label for m in old_matmul}, {m.bytes_moved for m in old_copy}
     matmul = tuple(measure_matmul(n, d, dev, min_run_time) for d in dtypes for n in sizes
                    if f"matmul {n} {d}" not in have)
     copy = () if 2 * (copy_bytes // 4) * 4 in have_copy else (measure_bandwidth(copy_bytes, dev, min_run_time),)
     if known and not matmul and not copy:
         return known
-    if known:
-        lim = MachineLimits(known.device, known.env, known.matmul + matmul, known.copy + copy)
-    else:
-        lim = MachineLimits(str(dev), matmul[0].env, matmul, copy)
+    env = known.env if known else sibling.env if sibling else matmul[0].env
+    lim = MachineLimits(str(dev), env, old_matmul + matmul, old_copy + copy, fp32_tf32=tf32)
     _CACHE[key] = lim
     return lim
 

@@ -288,7 +288,9 @@ class GPUSpec:
     ``mig_slices``: compute slices of a card that supports Multi-Instance GPU (7 on A100 and H100).
     For a MIG slice (see :func:`gpu_spec`), ``parent`` is the whole card's name and ``mig_profile`` the
     profile (``"1g.5gb"``); its compute and memory figures are the slice's share, ``tdp_w`` the whole card's
-    (power is not partitioned).
+    (power is not partitioned). ``memory_bytes`` is the memory as ``nvidia-smi`` shows it, what fitting estimates
+    use; ``datasheet_memory_bytes`` the datasheet's larger figure where they differ (a T4: 16 GB of GDDR6, of
+    which ECC, on by default, keeps 6.25%, so ``nvidia-smi`` shows 15360 MiB; CUDA C++ Best Practices Guide, "ECC").
     """
 
     name: str
@@ -307,6 +309,7 @@ class GPUSpec:
     mig_slices: int | None = None
     parent: str | None = None
     mig_profile: str | None = None
+    datasheet_memory_bytes: int | None = None
 
     def ridge_point(self, dtype: str = "fp16") -> float:
         """FLOPs per byte above which a kernel is compute-bound on this GPU."""
@@ -315,15 +318,16 @@ class GPUSpec:
 
 
 _GB = 10**9
-_GIB = 2**30
+_GIB, _MIB = 2**30, 2**20
 _V100 = ("NVIDIA V100 datasheet", "https://www.nvidia.com/en-us/data-center/v100/")
 _A100 = ("NVIDIA A100 datasheet", "https://www.nvidia.com/en-us/data-center/a100/")
 _H100 = ("NVIDIA H100 datasheet", "https://www.nvidia.com/en-us/data-center/h100/")
 # Aliases: the exact device names (torch.cuda.get_device_name() / nvidia-smi; drivers before R460 print the
 # A100's without "NVIDIA ", which gpu_spec accepts for every card) and accepted short names.
 GPU_SPECS: dict[str, GPUSpec] = {s.name: s for s in (
-    GPUSpec("T4", "Turing", (7, 5), 16 * _GIB, 320 * _GB, 8.1e12, 65e12, None, None, 70,
-            "NVIDIA T4 datasheet", "https://www.nvidia.com/en-us/data-center/tesla-t4/", ("Tesla T4",)),
+    GPUSpec("T4", "Turing", (7, 5), 15360 * _MIB, 320 * _GB, 8.1e12, 65e12, None, None, 70,
+            "NVIDIA T4 datasheet", "https://www.nvidia.com/en-us/data-center/tesla-t4/", ("Tesla T4",),
+            datasheet_memory_bytes=16 * _GIB),
     GPUSpec("V100 SXM2", "Volta", (7, 0), 16 * _GIB, 900 * _GB, 15.7e12, 125e12, None, None, 300, *_V100,
             ("Tesla V100-SXM2-16GB", "V100 SXM2 16GB")),
     GPUSpec("V100 SXM2 32GB", "Volta", (7, 0), 32 * _GIB, 900 * _GB, 15.7e12, 125e12, None, None, 300, *_V100,

@@ -11,21 +11,23 @@ Example:
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import importlib.metadata as md
 import os
 import platform
 import sys
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Literal
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Literal
 
-from ._check import cuda_hidden_by_env, install_hint
+from ._check import checked, cuda_hidden_by_env, install_hint
 from ._format import fmt_bytes, html_table, text_table
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-__all__ = ['cuda_hidden_by_env', 'device_kind', 'device', 'GPUInfo', 'FrameworkInfo', 'Capabilities', 'SystemInfo', 'system_info', 'SHOWN_ENV']
+__all__ = ['cuda_hidden_by_env', 'device_kind', 'device', 'GPUInfo', 'FrameworkInfo', 'Capabilities', 'SystemInfo', 'system_info', 'SHOWN_ENV',
+           'TF32State', 'tf32_state', 'tf32_switched']
 
 DeviceKind = Literal["cuda", "mps", "cpu"]
 
@@ -96,6 +98,76 @@ def device(prefer: str | None = None) -> "torch.device":
     elif dev.type not in ("cpu", "cuda", "mps"):
         raise ValueError(f"device type {dev.type!r} is not supported by gpulab: use 'cpu', 'cuda' or 'mps'")
     return dev
+
+
+# ----------------------------------------------------------------------------------------------
+# TF32: the one place gpulab reads and sets PyTorch's switches
+@dataclass(frozen=True)
+class TF32State:
+    """May fp32 matmuls (``matmul``) and cuDNN convolutions (``cudnn``) use TF32 now? ``api``: the switches torch
+    prefers, ``"fp32_precision"`` (2.7+: ``torch.backends.cuda.matmul`` / ``cudnn.conv.fp32_precision``; from 2.9 the
+    others are deprecated and mixing the two raises) or ``"allow_tf32"``; ``matmul_setting``: as that API spells it."""
+    matmul: bool
+    cudnn: bool
+    api: Literal["fp32_precision", "allow_tf32"]
+    matmul_setting: str
+
+
+def _tf32_switches(torch_module: Any) -> tuple[Any, dict[str, tuple[Any, ...]] | None]:
+    """torch, and its ``fp32_precision`` switches (matmul; cuDNN conv and rnn) or None where it has only allow_tf32."""
+    if torch_module is None:
+        import torch as torch_module
+    conv, rnn = (getattr(torch_module.backends.cudnn, op, None) for op in ("conv", "rnn"))
+    if conv is None or rnn is None or not hasattr(torch_module.backends.cuda.matmul, "fp32_precision"):
+        return torch_module, None
+    return torch_module, {"matmul": (torch_module.backends.cuda.matmul,), "cudnn": (conv, rnn)}
+
+
+@checked("torch")
+def tf32_state(torch_module: Any = None) -> TF32State:
+    """PyTorch's TF32 switches now, read through the API the installed torch prefers.
+
+    >>> tf32_state().api in ("fp32_precision", "allow_tf32")
+    True
+    """
+    torch, new = _tf32_switches(torch_module)
+    if new is not None:
+        mm, conv = new["matmul"][0].fp32_precision, new["cudnn"][0].fp32_precision
+        return TF32State(mm == "tf32", conv == "tf32", "fp32_precision", str(mm))
+    setting = torch.get_float32_matmul_precision()
+    return TF32State(setting != "highest", bool(torch.backends.cudnn.allow_tf32), "allow_tf32", setting)
+
+
+@checked("torch", matmul="flag?", cudnn="flag?")
+@contextlib.contextmanager
+def tf32_switched(matmul: bool | None = None, cudnn: bool | None = None, *,
+                  torch_module: Any = None) -> Iterator[TF32State]:
+    """Inside the block fp32 matmuls (``matmul``) and cuDNN convolutions and RNNs (``cudnn``) may use TF32 (True)
+    or not (False); None leaves a switch as it is. Set through the API the installed torch prefers and restored
+    on exit, even after an error. Yields the :class:`TF32State` as set.
+
+    >>> with tf32_switched(matmul=True, cudnn=False) as s:
+    ...     s.matmul, s.cudnn
+    (True, False)
+    """
+    torch, new = _tf32_switches(torch_module)
+    saved = ([(s, s.fp32_precision) for group in new.values() for s in group] if new is not None
+             else (torch.get_float32_matmul_precision(), bool(torch.backends.cudnn.allow_tf32)))
+    try:
+        for name, value in (("matmul", matmul), ("cudnn", cudnn)):
+            if value is not None and new is not None:
+                for s in new[name]:
+                    s.fp32_precision = "tf32" if value else "ieee"
+            elif value is not None:
+                setattr(torch.backends.cuda.matmul if name == "matmul" else torch.backends.cudnn, "allow_tf32", value)
+        yield tf32_state(torch)
+    finally:
+        if new is not None:
+            for s, setting in saved:
+                s.fp32_precision = setting
+        else:
+            torch.set_float32_matmul_precision(saved[0])
+            torch.backends.cudnn.allow_tf32 = saved[1]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -322,9 +394,11 @@ def _probe_torch() -> FrameworkInfo:
         "hip": getattr(torch.version, "hip", None),
         "devices": [torch.cuda.get_device_name(i) for i in range(count)],
         "arch_list": list(torch.cuda.get_arch_list()) if count else [],   # kernels this wheel carries
-        "float32_matmul_precision": torch.get_float32_matmul_precision(),  # "highest": TF32 off for matmuls
-        "cudnn_tf32": bool(torch.backends.cudnn.allow_tf32),
     }
+    with contextlib.suppress(RuntimeError):   # set through both of torch's TF32 APIs: torch refuses to say
+        t = tf32_state(torch)
+        detail.update({"float32_matmul_precision": "high" if t.matmul else "highest", "matmul_tf32": t.matmul,
+                       "cudnn_tf32": t.cudnn, "tf32_api": t.api})
     return FrameworkInfo("torch", True, torch.__version__, torch.version.cuda, cudnn, count, err, detail)
 
 

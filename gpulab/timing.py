@@ -197,12 +197,43 @@ class Measurement:
 
     @property
     def throttled(self) -> bool | None:
-        """True when NVML saw the GPU slowed by power or thermal limits while timing (None: unknown)."""
+        """True when NVML saw the GPU slowed by heat or hardware protection while timing (HW slowdown, HW or SW
+        thermal, HW power brake); the power cap is not a slowdown (see :attr:`power_capped`). None: unknown."""
         if not self.gpu_state or self.gpu_state.get("throttle_reasons") is None:
             return None
         from .telemetry.gpu import SLOWDOWN_MASK
 
         return bool(self.gpu_state["throttle_reasons"] & SLOWDOWN_MASK)
+
+    @property
+    def power_capped(self) -> bool | None:
+        """True when the GPU ran at its power cap while timing: its clocks were those its power budget allows,
+        which is how a T4 (70 W) runs nearly any real load. Information, not a fault. None: unknown."""
+        if not self.gpu_state or self.gpu_state.get("throttle_reasons") is None:
+            return None
+        from .telemetry.gpu import POWER_CAP_MASK
+
+        return bool(self.gpu_state["throttle_reasons"] & POWER_CAP_MASK)
+
+    @property
+    def gpu_note(self) -> str | None:
+        """The GPU's clocks while timing, its power cap when it ran at it, and any thermal or hardware slowdown
+        (None without NVML's view)."""
+        if not self.gpu_state:
+            return None
+        from .telemetry.gpu import slowdown_names
+
+        g = self.gpu_state
+        mhz = lambda v: "?" if v is None else f"{v:.0f}"   # noqa: E731
+        note = f"SM clock {mhz(g.get('sm_clock_mhz_before'))} -> {mhz(g.get('sm_clock_mhz'))} MHz"
+        if g.get("max_sm_clock_mhz"):
+            note += f" (max {mhz(g['max_sm_clock_mhz'])} MHz)"
+        if self.power_capped:
+            cap = f"{g['power_limit_w']:.0f} W " if g.get("power_limit_w") else ""
+            note += f"; at its {cap}power cap: the clocks its power budget allows, as the card is designed to run"
+        if self.throttled:
+            note += f"; THROTTLED by {', '.join(slowdown_names(g['throttle_reasons']))} (heat or hardware protection)"
+        return note
 
     @property
     def relative_iqr(self) -> float:
@@ -243,8 +274,7 @@ class Measurement:
         if self.peak_memory_bytes is not None:
             rows.append(("peak memory", fmt_bytes(self.peak_memory_bytes)))
         if self.gpu_state:
-            clocks = f"SM clock {self.gpu_state.get('sm_clock_mhz_before')} -> {self.gpu_state.get('sm_clock_mhz')} MHz"
-            rows.append(("GPU clocks", clocks + (", THROTTLED (power/thermal)" if self.throttled else "")))
+            rows.append(("GPU clocks", self.gpu_note))
         rows.append(("where", str(self.env)))
         return rows
 
@@ -337,14 +367,17 @@ def benchmark(fn: Callable[..., Any], *args: Any, label: str | None = None, warm
         after = _gpu_clock_state(dev) or {}
         mask = (before.get("throttle_reasons") or 0) | (after.get("throttle_reasons") or 0)
         gpu_state = {"sm_clock_mhz_before": before.get("sm_clock_mhz"), "sm_clock_mhz": after.get("sm_clock_mhz"),
+                     "max_sm_clock_mhz": after.get("max_sm_clock_mhz") or before.get("max_sm_clock_mhz"),
+                     "power_w": after.get("power_w"),
+                     "power_limit_w": after.get("power_limit_w") or before.get("power_limit_w"),
                      "throttle_reasons": mask if (before.get("throttle_reasons") is not None
                                                   or after.get("throttle_reasons") is not None) else None}
     result = Measurement(label=label, times_s=times, number_per_run=number, device=dev, num_threads=threads,
                          env=environment(dev), backend=backend, warmup=warmup, items=items, flops=flops,
                          bytes_moved=bytes_moved, description=description, gpu_state=gpu_state)
-    if result.throttled:
-        warnings.warn(f"{label}: the GPU's clocks were slowed by power or thermal limits while timing "
-                      f"({gpu_state}); figures are below what the card can do", UserWarning, stacklevel=3)
+    if result.throttled:   # heat or hardware protection; the power cap is how the card runs, so only noted
+        warnings.warn(f"{label}: the GPU slowed its clocks for heat or hardware protection while timing "
+                      f"({result.gpu_note}); figures are below what the card can do", UserWarning, stacklevel=3)
     if warn_noisy and result.noisy:
         warnings.warn(f"{label}: IQR is {result.relative_iqr:.0%} of the median over {result.runs} runs - "
                       "the machine was busy or the workload varies; re-run, or compare medians only "
@@ -356,8 +389,13 @@ def _gpu_clock_state(dev: str) -> dict[str, Any] | None:
     """NVML's view of the CUDA device's clocks, when NVML is there (None otherwise)."""
     from .telemetry.gpu import clock_state
 
-    index = int(dev.split(":")[1]) if ":" in dev else 0
     try:
+        if ":" in dev:
+            index = int(dev.split(":")[1])
+        else:   # "cuda": the current device
+            import torch
+
+            index = int(torch.cuda.current_device())
         return clock_state(index)
     except Exception:
         return None

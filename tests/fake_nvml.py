@@ -28,6 +28,7 @@ NOT_SUPPORTED, INVALID_ARGUMENT, GPU_IS_LOST, NOT_FOUND, FUNCTION_NOT_FOUND = (
     real.NVML_ERROR_NOT_SUPPORTED, real.NVML_ERROR_INVALID_ARGUMENT, real.NVML_ERROR_GPU_IS_LOST,
     real.NVML_ERROR_NOT_FOUND, real.NVML_ERROR_FUNCTION_NOT_FOUND)
 HW_THERMAL = real.nvmlClocksEventReasonHwThermalSlowdown
+SW_POWER_CAP = real.nvmlClocksEventReasonSwPowerCap
 NVMLError = real.NVMLError
 
 
@@ -59,6 +60,8 @@ class GPU:
     lost_at: int | None = None              # tick from which the GPU is lost (GPU_IS_LOST)
     used_at: Callable[[int], int] | None = None
     processes: list[tuple[int, int | None]] = field(default_factory=list)
+    reasons_at: Callable[[int], int] | None = None     # clock event reasons per tick (default: the scripted ones)
+    sm_clock_at: Callable[[int], int] | None = None    # SM clock (MHz) per tick
 
 
 def _uuid(c: str) -> str:
@@ -118,9 +121,9 @@ def reading(gpu: GPU, index: int, tick: int) -> dict:
         "power_mw": 350_000 + 1000 * tick,
         "energy_mj": 1_000_000 + 35_000 * tick,       # 350 W x 0.1 s per tick
         "temp": 60 + tick,
-        "sm_clock": 1500 if gpu.gpm and 5 <= tick <= 8 else 1980,
+        "sm_clock": gpu.sm_clock_at(tick) if gpu.sm_clock_at else 1500 if gpu.gpm and 5 <= tick <= 8 else 1980,
         "mem_clock": 2619,
-        "reasons": HW_THERMAL if gpu.gpm and 5 <= tick <= 8 else 0,
+        "reasons": gpu.reasons_at(tick) if gpu.reasons_at else HW_THERMAL if gpu.gpm and 5 <= tick <= 8 else 0,
         "pcie_kb": (1000 * (tick + 1), 2000 * (tick + 1)),
     }
 
@@ -129,6 +132,11 @@ def reading(gpu: GPU, index: int, tick: int) -> dict:
 # (nvmlDeviceGetMaxClockInfo, nvmlDeviceGetMemoryBusWidth); a card not listed answers NotSupported.
 MAX_CLOCKS_AND_BUS = {"Tesla T4": (1590, 5001, 256), "NVIDIA A100-SXM4-40GB": (1410, 1215, 5120),
                       "NVIDIA A100-SXM4-80GB": (1410, 1593, 5120), "NVIDIA H100 80GB HBM3": (1980, 2619, 5120)}
+
+
+# Enforced power limit (W) of recorded cards at their defaults (nvmlDeviceGetEnforcedPowerLimit answers in mW).
+POWER_LIMITS_W = {"Tesla T4": 70, "NVIDIA A100-SXM4-40GB": 400, "NVIDIA A100-SXM4-80GB": 400,
+                  "NVIDIA H100 80GB HBM3": 700}
 
 
 class Handle:
@@ -288,6 +296,12 @@ def make_module(gpus: list[GPU] | None = None, *, driver: str = "570.86.15", cud
 
     def nvmlDeviceGetPowerUsage(handle):
         return now(handle)["power_mw"] if whole(handle, "nvmlDeviceGetPowerUsage") else None
+
+    def nvmlDeviceGetEnforcedPowerLimit(handle):
+        g = whole(handle, "nvmlDeviceGetEnforcedPowerLimit")
+        if g.name not in POWER_LIMITS_W:
+            raise real.NVMLError(NOT_SUPPORTED)
+        return POWER_LIMITS_W[g.name] * 1000
 
     def nvmlDeviceGetTotalEnergyConsumption(handle):
         return now(handle)["energy_mj"] if whole(handle, "nvmlDeviceGetTotalEnergyConsumption") else None

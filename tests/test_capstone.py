@@ -2,6 +2,7 @@
 step's own matmul ceiling, the measured challenge and the results card."""
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import math
 from types import SimpleNamespace as NS
@@ -379,3 +380,81 @@ def test_recipe_stepper_cycles_epochs_and_interleaved_gain_sees_a_faster_recipe(
     gain, spread = course.interleaved_gain(course.Recipe(data="host"), course.Recipe(batch_size=256, data="host"),
                                            small, min_run_time=0.3)
     assert gain > 1.5 and spread >= 0
+
+
+# ---- TF32: an fp32 recipe with TF32 on is held to the TF32 ceiling ---------------------------------------------
+def test_recipe_ceiling_times_a_tf32_recipes_matmuls_with_tf32_on(monkeypatch):
+    from gpulab import limits
+    from gpulab.system import tf32_state
+
+    tf32_module = importlib.import_module("gpulab.course.tf32")    # the module: course.tf32 is its function
+    seen, real = [], limits.step_matmul_ceiling
+
+    def recording(step, *args, **kwargs):
+        seen.append(tf32_state().matmul)
+        return real(step, *args, **kwargs)
+
+    monkeypatch.setattr(limits, "step_matmul_ceiling", recording)
+    with pytest.raises(ValueError, match="tf32"):                     # a CPU has no TF32
+        course.recipe_ceiling(course.Recipe(batch_size=16, tf32=True), min_run_time=0.02)
+    monkeypatch.setattr(tf32_module, "tf32_supported", lambda device=None: True)   # as on an A100
+    before = tf32_state()
+    course.recipe_ceiling(course.Recipe(batch_size=16, tf32=True), min_run_time=0.02)
+    course.recipe_ceiling(course.Recipe(batch_size=16), min_run_time=0.02)
+    assert seen == [True, before.matmul] and tf32_state() == before
+
+
+A100_FP32, A100_TF32, A100_BF16 = 19.5e12, 156e12, 312e12
+
+
+@pytest.fixture
+def a100_limits(monkeypatch, pretend_gpus):
+    """gl.machine_limits on an A100, with torch.mm timed by a stand-in that runs at 80% of the A100's fp32 peak,
+    or of its TF32 peak when the matmul TF32 switch (read as torch reads it) is on."""
+    from gpulab import limits, system
+    from gpulab.system import tf32_state
+    from gpulab.timing import Measurement, environment
+
+    tf32_module = importlib.import_module("gpulab.course.tf32")
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA A100-SXM4-40GB")
+    monkeypatch.setattr(tf32_module, "tf32_supported", lambda device=None: True)
+    monkeypatch.setattr(system, "system_info", lambda frameworks=(): NS(capabilities=NS(bf16=True), cpu_flags=()))
+
+    def timed(label, seconds, dev, **work):
+        return Measurement(label, (seconds,), 1, str(dev), 1, environment(dev), "torch.utils.benchmark", 0, **work)
+
+    def matmul(n, dtype="float32", device=None, min_run_time=0.5, warmup=2):
+        peak = {"float32": A100_TF32 if tf32_state().matmul else A100_FP32, "bfloat16": A100_BF16,
+                "float16": A100_BF16}[dtype]
+        return timed(f"matmul {n} {dtype}", 2 * n**3 / (0.8 * peak), device, flops=2 * n**3)
+
+    monkeypatch.setattr(limits, "measure_matmul", matmul)
+    monkeypatch.setattr(limits, "measure_bandwidth", lambda nbytes, device=None, min_run_time=0.5, warmup=2:
+                        timed("copy", nbytes / 1.3e12, device, bytes_moved=2 * nbytes))
+    limits.forget_limits()
+    yield
+    limits.forget_limits()
+
+
+def test_a_tf32_recipes_share_is_of_the_tf32_ceiling(a100_limits):
+    from gpulab.course.capstone_torch import _ceiling
+
+    ceiling = _ceiling(torch.device("cuda"))
+    assert ceiling(course.Recipe()) == ("float32", pytest.approx(0.8 * A100_FP32))
+    assert ceiling(course.Recipe(tf32=True)) == ("tf32", pytest.approx(0.8 * A100_TF32))
+    assert ceiling(course.Recipe(precision="bf16")) == ("bfloat16", pytest.approx(0.8 * A100_BF16))
+    assert ceiling(course.Recipe()) == ("float32", pytest.approx(0.8 * A100_FP32))   # TF32 off again: not mixed up
+    # the seed loop at 10 TFLOP/s; with TF32, 40 TFLOP/s: above the fp32 ceiling, a third of the TF32 one
+    def train(recipe, run):
+        return NS(samples_per_s=4e7 if recipe.tf32 else 1e7, spread_pct=1.0, test_accuracy=0.9,
+                  peak_memory_bytes=0, flops_per_sample=1e6)
+
+    t = course.ablate(train, course.Recipe(), [course.Change("TF32 matmuls", {"tf32": True})],
+                      apply=lambda r, f: replace(r, **f), ceiling=ceiling)
+    assert t.step("TF32 matmuls").ceiling_dtype == "tf32"
+    assert t.share_of_ceiling("TF32 matmuls") == pytest.approx(40e12 / (0.8 * A100_TF32))
+    assert t.share_of_ceiling("seed loop") == pytest.approx(10e12 / (0.8 * A100_FP32))   # its own ceiling, not raised
+    assert not t.ceiling_notes and all(t.share_of_ceiling(s.label) <= 1 for s in t.steps)
+    assert t._columns()[1][1][5] == f"{40e12 / (0.8 * A100_TF32):.0%} tf32"

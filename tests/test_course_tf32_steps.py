@@ -12,14 +12,19 @@ from gpulab.course.accumulation import compare_gradients
 
 
 def test_tf32_sets_and_restores_every_switch_even_after_an_error():
+    new_api = hasattr(torch.backends.cuda.matmul, "fp32_precision")     # torch 2.7+; torch 2.5 has allow_tf32 only
     before = course.tf32_flags()
     with course.tf32(True) as on:
-        assert on["matmul"] and on["cudnn"] and on["matmul_precision"] == "high"
-        assert torch.backends.cuda.matmul.allow_tf32 is True
+        assert on["matmul"] and on["cudnn"] and on["matmul_precision"] == ("tf32" if new_api else "high")
+        if new_api:
+            assert torch.backends.cuda.matmul.fp32_precision == "tf32" == torch.backends.cudnn.conv.fp32_precision
+        else:
+            assert torch.backends.cuda.matmul.allow_tf32 is True
     assert course.tf32_flags() == before
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="boom"):
         with course.tf32(False) as off:
-            assert not off["matmul"] and not off["cudnn"] and off["matmul_precision"] == "highest"
+            assert not off["matmul"] and not off["cudnn"]
+            assert off["matmul_precision"] == ("ieee" if new_api else "highest")
             raise RuntimeError("boom")
     assert course.tf32_flags() == before
     with course.tf32(True, convolutions=False) as mixed:

@@ -14,6 +14,7 @@ from gpulab.telemetry import nvml
 
 REAL = {a for a in dir(torch._C._CudaDeviceProperties) if not a.startswith("_")}
 GiB = 2**30
+T4_BYTES = 15360 * 2**20    # what NVML and nvidia-smi report for a T4 (ECC on), not the datasheet's 16 GB
 
 # A Tesla T4 as torch 2.14 reports it (values as the CUDA samples' deviceQuery prints them on a T4).
 T4 = dict(name="Tesla T4", major=7, minor=5, multi_processor_count=40, total_memory=15835660288, warp_size=32,
@@ -58,7 +59,7 @@ def test_every_attribute_read_exists_in_torch_or_is_documented_optional():
 
 
 def test_only_declared_attributes_are_read(fake_cuda, fake_nvml, monkeypatch):
-    fake_nvml(gpus=(("Tesla T4", (7, 5), 16 * GiB),))
+    fake_nvml(gpus=(("Tesla T4", (7, 5), T4_BYTES),))
     read: list[str] = []
 
     class Spy:
@@ -81,7 +82,7 @@ def test_nvml_constants_and_functions_are_pynvmls():
 
 # ---- a CUDA device (faked) -------------------------------------------------------------------------------------
 def test_t4_shaped_device_reads_through_torch(fake_cuda, fake_nvml):
-    fake = fake_nvml(gpus=(("Tesla T4", (7, 5), 16 * GiB),))
+    fake = fake_nvml(gpus=(("Tesla T4", (7, 5), T4_BYTES),))
     fake_cuda(T4)
     r = dq.device_query()
     t4 = r.local
@@ -101,7 +102,7 @@ def test_t4_shaped_device_reads_through_torch(fake_cuda, fake_nvml):
 
 
 def test_torch_25_properties_are_completed_by_nvml_and_the_cc_table(fake_cuda, fake_nvml):
-    fake_nvml(gpus=(("Tesla T4", (7, 5), 16 * GiB),))
+    fake_nvml(gpus=(("Tesla T4", (7, 5), T4_BYTES),))
     fake_cuda(T4_TORCH25)
     t4 = dq.device_query(compare=()).local
     assert (t4.sm_clock_hz, t4.memory_clock_hz, t4.memory_bus_width_bits) == (1.59e9, 5.001e9, 256)
@@ -125,7 +126,7 @@ def test_torch_25_without_nvml_leaves_clocks_missing(fake_cuda):
 
 
 def test_device_index_and_torch_device(fake_cuda, fake_nvml):
-    fake_nvml(gpus=(("Tesla T4", (7, 5), 16 * GiB), ("NVIDIA H100 80GB HBM3", (9, 0), 80 * GiB)))
+    fake_nvml(gpus=(("Tesla T4", (7, 5), T4_BYTES), ("NVIDIA H100 80GB HBM3", (9, 0), 80 * GiB)))
     h100 = dict(T4, name="NVIDIA H100 80GB HBM3", major=9, minor=0, multi_processor_count=132,
                 max_threads_per_multi_processor=2048, clock_rate=1980000, memory_clock_rate=2619000,
                 memory_bus_width=5120, L2_cache_size=50 * 2**20)

@@ -173,3 +173,61 @@ def test_find_max_batch_size_errors():
         gl.find_max_batch_size(lambda n: torch.ones(n, 1024 * 1024), start=4, budget=gl.MiB, time_trials=False)
     with pytest.raises(ZeroDivisionError):   # a bug in the step is not mistaken for OOM
         gl.find_max_batch_size(lambda n: 1 / 0, budget=gl.MiB)
+
+
+# ---- this process under a host PID (containers) ------------------------------------------------------------
+def _container_t4(fake_nvml, monkeypatch, processes, visible=()):
+    """A T4 whose NVML lists ``processes`` as (pid, bytes); PIDs in ``visible`` exist in this PID namespace,
+    no other does (as inside a container, where NVML speaks of the host's PIDs)."""
+    import os
+
+    import psutil
+
+    fake = fake_nvml(gpus=(("Tesla T4", (7, 5), 16 * gl.GiB),))
+    fake.gpus[0].used = sum(b or 0 for _, b in processes)
+    fake.gpus[0].processes = list(processes)
+    here = {os.getpid(), *visible}
+    monkeypatch.setattr(psutil, "pid_exists", lambda pid: pid in here)
+    return fake
+
+
+def test_this_process_under_its_host_pid_is_not_called_another_process(fake_nvml, monkeypatch):
+    from test_oom import _fake_cuda      # allocator: 3 GiB allocated, 4 GiB reserved
+
+    host_pid, context = 2_417_051, 410 * gl.MiB
+    _container_t4(fake_nvml, monkeypatch, [(host_pid, 4 * gl.GiB + context), (77, 2 * gl.GiB)], visible={77})
+    r = gl.memory.reconcile_memory(cuda=_fake_cuda())
+    assert r.value("this process (NVML)") is None
+    assert r.value("another PID, possibly this process (NVML)") == 4 * gl.GiB + context
+    assert r.value("other processes (NVML)") == 2 * gl.GiB                         # PID 77 alone
+    assert r.value("CUDA context + non-PyTorch") == context
+    row = next(meaning for what, _, meaning in r.rows if what.startswith("another PID"))
+    assert f"PID {host_pid}" in row and "possibly this process, seen by its host PID inside a container" in row
+    assert "possibly this process" in r.note and str(host_pid) in r.note
+
+
+def test_a_lone_pid_invisible_here_is_possibly_this_process(fake_nvml, monkeypatch):
+    from test_oom import _fake_cuda
+
+    _container_t4(fake_nvml, monkeypatch, [(2_417_051, 9 * gl.GiB)])   # more than a context: TF in the process too?
+    r = gl.memory.reconcile_memory(cuda=_fake_cuda())
+    assert r.value("another PID, possibly this process (NVML)") == 9 * gl.GiB
+    assert r.value("other processes (NVML)") == 0
+    assert "not a process in this PID namespace" in repr(r)
+
+
+def test_other_processes_stay_other_processes(fake_nvml, monkeypatch):
+    import os
+
+    from test_oom import _fake_cuda
+
+    # this process listed under its own PID: every other PID is another process, whatever its size
+    same = 4 * gl.GiB + 300 * gl.MiB
+    _container_t4(fake_nvml, monkeypatch, [(os.getpid(), same), (2_417_051, same)])
+    r = gl.memory.reconcile_memory(cuda=_fake_cuda())
+    assert r.value("other processes (NVML)") == same
+    assert "another PID, possibly this process (NVML)" not in [k for k, _, _ in r.rows]
+    # not listed, but no PID's memory fits this process and the lone visible one is a process here
+    _container_t4(fake_nvml, monkeypatch, [(77, 12 * gl.GiB)], visible={77})
+    r = gl.memory.reconcile_memory(cuda=_fake_cuda())
+    assert r.value("other processes (NVML)") == 12 * gl.GiB and "possibly" not in r.note

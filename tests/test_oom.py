@@ -421,3 +421,19 @@ def test_explain_error_on_real_exceptions():
     assert x.asynchronous and "CUDA_LAUNCH_BLOCKING=1" in repr(x)
     with pytest.raises(TypeError):
         gl.errors.explain_error(3)
+
+
+def test_an_ooms_own_process_under_its_host_pid_is_not_counted_as_another(monkeypatch):
+    """Inside a container NVML can list this process under its host PID: its memory is this process's reserve plus
+    a CUDA context, so it is the context's figure, not "other processes"."""
+    from gpulab.memory import cuda as mem_cuda
+    from gpulab.memory.oom import _cuda_context
+    from gpulab.memory.oom_message import OOMMessage
+
+    host_pid = 4_000_000 + os.getpid()
+    monkeypatch.setattr(mem_cuda, "nvml_processes",
+                        lambda index: [(host_pid, int(4.4 * GiB)), (77, 2 * GiB)])
+    msg = OOMMessage("CUDA out of memory", gpu_index=0, allocated_bytes=3 * GiB, reserved_unallocated_bytes=GiB)
+    ctx, others, src = _cuda_context(msg, "cuda:0")
+    assert others == 2 * GiB, "this process, listed under its host PID, was counted as another process"
+    assert ctx == int(0.4 * GiB) and "NVML" in src

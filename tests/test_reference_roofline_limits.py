@@ -141,7 +141,7 @@ def test_gpu_specs_table_renders_units_and_converts_to_the_old_frame():
     df = t.to_dataframe()
     assert list(df.columns) == ["gpu", "architecture", "fp32 TFLOP/s", "fp16 tensor TFLOP/s", "bandwidth GB/s",
                                 "memory GiB", "TDP W", "source"]
-    assert df["gpu"].tolist() == list(GPU_SPECS) and df.loc[df.gpu == "T4", "memory GiB"].item() == 16.0
+    assert df["gpu"].tolist() == list(GPU_SPECS) and df.loc[df.gpu == "T4", "memory GiB"].item() == 15.0
     assert t.spec("H100 SXM") is GPU_SPECS["H100 SXM"] and t.spec("Tesla T4") is GPU_SPECS["T4"]
     with pytest.raises(AttributeError):
         t.specs = ()
@@ -247,3 +247,92 @@ def test_comparison_shares_never_exceed_100_percent():
     assert "ceiling raised" in table._repr_html_()
     honest = gl.compare([slow, fast], peak_flops=400e9)
     assert honest.flops_ceiling == 400e9 and not honest.ceiling_notes
+
+
+def test_t4_memory_is_what_nvidia_smi_shows_with_the_datasheet_figure_beside_it():
+    t4 = gl.gpu_spec("Tesla T4")
+    assert t4.memory_bytes == 15360 * 2**20                        # nvidia-smi: 15360MiB (ECC on, the default)
+    assert t4.datasheet_memory_bytes == 16 * 2**30                 # the datasheet's 16 GB of GDDR6
+    assert t4.memory_bytes == t4.datasheet_memory_bytes * 15 // 16  # ECC keeps 6.25% of GDDR memory
+    assert t4.source == "NVIDIA T4 datasheet"
+    assert gl.gpu_spec("H100 SXM").datasheet_memory_bytes is None     # HBM: no difference recorded
+
+
+# ---- the remembered ceilings of a CUDA device, with the measuring faked (no GPU needed) -------------------------
+A100_FP32, A100_TF32, A100_BF16 = 19.5e12, 156e12, 312e12     # datasheet peaks; a run reaches 80% of them
+
+
+@pytest.fixture
+def fake_a100(monkeypatch, pretend_gpus):
+    """machine_limits on "cuda" with torch.mm timed by a stand-in that runs as fast as an A100 would: fp32 at its
+    fp32 peak, or at its TF32 peak when the TF32 switch (read as torch reads it) is on. Returns the calls made."""
+    from gpulab import limits
+    from gpulab.system import tf32_state
+    from gpulab.timing import Measurement, environment
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA A100-SXM4-40GB")
+    calls = []
+
+    def matmul(n, dtype="float32", device=None, min_run_time=0.5, warmup=2):
+        calls.append(("matmul", n, dtype, str(device)))
+        peak = {"float32": A100_TF32 if tf32_state().matmul else A100_FP32, "bfloat16": A100_BF16}[dtype]
+        flops = 2 * n**3
+        return Measurement(f"matmul {n} {dtype}", (flops / (0.8 * peak),), 1, str(device), 1, environment(device),
+                           "torch.utils.benchmark", 0, flops=flops)
+
+    def bandwidth(nbytes, device=None, min_run_time=0.5, warmup=2):
+        calls.append(("copy", nbytes, str(device)))
+        moved = 2 * (nbytes // 4) * 4
+        return Measurement(f"copy {nbytes}", (moved / 1.3e12,), 1, str(device), 1, environment(device),
+                           "torch.utils.benchmark", 0, bytes_moved=moved)
+
+    monkeypatch.setattr(limits, "measure_matmul", matmul)
+    monkeypatch.setattr(limits, "measure_bandwidth", bandwidth)
+    limits.forget_limits()
+    yield calls
+    limits.forget_limits()
+
+
+def test_cuda_and_cuda_0_share_one_measurement(fake_a100):
+    kw = dict(dtypes=["float32"], sizes=[4096], copy_bytes=1 << 30)
+    first = gl.machine_limits("cuda", **kw)
+    assert first.device == "cuda:0" and len(fake_a100) == 2                       # one matmul, one copy
+    for same in ("cuda:0", torch.device("cuda"), torch.device("cuda", 0), 0):
+        assert gl.machine_limits(same, **kw) is first, same
+    assert len(fake_a100) == 2 and {c[-1] for c in fake_a100} == {"cuda:0"}       # measured once, on cuda:0
+
+
+def test_tf32_on_and_off_are_remembered_apart(fake_a100):
+    from gpulab.system import tf32_switched
+
+    kw = dict(dtypes=["float32", "bfloat16"], sizes=[4096], copy_bytes=1 << 30)
+    with tf32_switched(matmul=False):
+        off = gl.machine_limits("cuda", **kw)
+    with tf32_switched(matmul=True):
+        on = gl.machine_limits("cuda", **kw)
+        assert gl.machine_limits("cuda:0", **kw) is on
+    with tf32_switched(matmul=False):
+        assert gl.machine_limits("cuda", **kw) is off                             # not the TF32 figure
+    assert off.fp32_tf32 is False and on.fp32_tf32 is True
+    assert off.peak_flops("float32") == pytest.approx(0.8 * A100_FP32)
+    assert on.peak_flops("float32") == pytest.approx(0.8 * A100_TF32)
+    assert on.peak_flops("bfloat16") == off.peak_flops("bfloat16")               # shared: measured once
+    assert [c[:3] for c in fake_a100] == [("matmul", 4096, "float32"), ("matmul", 4096, "bfloat16"),
+                                          ("copy", 1 << 30, "cuda:0"), ("matmul", 4096, "float32")]
+    assert "matmul float32 (TF32)" in repr(on) and "TF32 allowed" in on.method
+    assert "(TF32)" not in repr(off) and "without TF32" in off.method
+    with tf32_switched(matmul=True):
+        assert gl.machine_limits("cuda", refresh=True, **kw) is not on           # refresh forgets both settings
+    assert len(fake_a100) == 4 + 3
+
+
+def test_cpu_ceilings_ignore_the_tf32_switch():
+    from gpulab.system import tf32_switched
+
+    kw = dict(dtypes=["float32"], sizes=[64], copy_bytes=1 << 20, min_run_time=0.02)
+    with tf32_switched(matmul=False):
+        first = gl.machine_limits("cpu", **kw)
+    with tf32_switched(matmul=True):
+        assert gl.machine_limits("cpu", **kw) is first and first.fp32_tf32 is None
+    gl.limits.forget_limits()

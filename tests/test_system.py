@@ -244,7 +244,11 @@ def test_tf_that_will_grab_the_card(gpu_info):
 def test_tf32_state_on_ampere_only(gpu_info):
     off = replace(gpu_info, frameworks=(_torch_fw(gpu_info, float32_matmul_precision="highest", cudnn_tf32=True),))
     d = next(d for d in gl.diagnosis.diagnose(off) if d.code == "tf32")
-    assert "off" in d.message and "set_float32_matmul_precision('high')" in d.fix
+    assert "off" in d.message and "set_float32_matmul_precision('high')" in d.fix       # torch before 2.7
+    new = replace(gpu_info, frameworks=(_torch_fw(gpu_info, float32_matmul_precision="highest", cudnn_tf32=True,
+                                                  tf32_api="fp32_precision"),))
+    d = next(d for d in gl.diagnosis.diagnose(new) if d.code == "tf32")   # torch 2.7+: the switch 2.9 keeps
+    assert "torch.backends.cuda.matmul.fp32_precision = 'tf32'" in d.fix and "set_float32" not in d.fix
     on = replace(gpu_info, frameworks=(_torch_fw(gpu_info, float32_matmul_precision="high", cudnn_tf32=True),))
     assert "is on" in next(d for d in gl.diagnosis.diagnose(on) if d.code == "tf32").message
     t4 = replace(off, gpus=(GPUInfo(0, "Tesla T4", "GPU-2", 16 * 2**30, (7, 5)),))

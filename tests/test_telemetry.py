@@ -7,6 +7,7 @@ import threading
 import time
 
 import fake_nvml
+import fake_nvml as fake_nvml_module
 import pandas as pd
 import pytest
 import torch
@@ -245,7 +246,7 @@ def fabricate(gpu_util=None, cpu=50.0, mem_used=None, throttled=False, marks=(),
         if gpu_util is not None:
             rows.append({"t_s": t, "device": "gpu0", "source": "nvml", "gpu_util_pct": gpu_util,
                          "mem_used_bytes": mem_used or 30 * 2**30, "mem_total_bytes": 40 * 2**30,
-                         "throttled": throttled, "throttle_reasons": 0x4 if throttled else 0})
+                         "throttled": throttled, "throttle_reasons": fake_nvml.HW_THERMAL if throttled else 0})
     return Trace(pd.DataFrame(rows), 0.1, marks=tuple(marks), duration_s=n * 0.1)
 
 
@@ -400,8 +401,8 @@ def test_benchmark_carries_gpu_clock_state(scripted, monkeypatch, pretend_gpus):
     scripted.ticks[0] = 6   # inside the scripted thermal episode
     with pytest.warns(UserWarning, match="slowed"):
         m = gl.benchmark(lambda: None, device="cuda:0", min_run_time=0.02, warn_noisy=False)
-    assert m.gpu_state["sm_clock_mhz"] == 1500 and m.throttled is True
-    assert "THROTTLED" in repr(m)
+    assert m.gpu_state["sm_clock_mhz"] == 1500 and m.throttled is True and m.power_capped is False
+    assert "THROTTLED by hw_thermal" in repr(m) and "max 1980 MHz" in m.gpu_note
 
 
 def test_cli_monitor_writes_csv(tmp_path):
@@ -419,3 +420,65 @@ def test_throttled_without_reason_masks_is_still_diagnosed():
     v = Trace(frame, 0.1, duration_s=2.0).diagnose()
     assert "throttled" in v.codes
     assert any("reasons: unknown" in f.evidence for f in v.findings if f.code == "throttled")
+
+
+# ---- the power cap is how a card runs; heat and hardware protection are slowdowns ----------------------------
+def test_reason_bits_are_nvmls_and_the_power_cap_is_no_slowdown():
+    import pynvml
+
+    from gpulab.telemetry import gpu
+
+    for prefix in ("nvmlClocksEventReason", "nvmlClocksThrottleReason"):
+        bit = lambda name: getattr(pynvml, prefix + name)   # noqa: E731
+        assert gpu.SLOWDOWN_MASK == (bit("HwSlowdown") | bit("SwThermalSlowdown") | bit("HwThermalSlowdown")
+                                     | bit("HwPowerBrakeSlowdown"))
+        assert gpu.POWER_CAP_MASK == bit("SwPowerCap") and not gpu.SLOWDOWN_MASK & bit("SwPowerCap")
+    assert gpu.slowdown_names(pynvml.nvmlClocksEventReasonSwPowerCap) == []
+
+
+def _capped_t4(fake_nvml, pretend_gpus, monkeypatch, reasons):
+    """A T4 on Colab (70 W cap) whose NVML reports ``reasons`` at an SM clock of 1365 MHz (max 1590)."""
+    fake = fake_nvml(machine="t4_colab")
+    fake.gpus[0].reasons_at, fake.gpus[0].sm_clock_at = (lambda t: reasons), (lambda t: 1365)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla T4")
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    return fake
+
+
+def test_power_cap_alone_is_a_note_with_the_clocks_and_the_cap_not_a_warning(fake_nvml, pretend_gpus, monkeypatch):
+    import warnings
+
+    _capped_t4(fake_nvml, pretend_gpus, monkeypatch, fake_nvml_module.SW_POWER_CAP)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)          # any warning fails the test
+        m = gl.benchmark(lambda: None, device="cuda", min_run_time=0.02, warn_noisy=False)
+    assert m.throttled is False and m.power_capped is True
+    assert m.gpu_state["power_limit_w"] == 70 and m.gpu_state["max_sm_clock_mhz"] == 1590
+    assert "SM clock 1365 -> 1365 MHz (max 1590 MHz); at its 70 W power cap" in m.gpu_note
+    assert "THROTTLED" not in repr(m) and "70 W power cap" in repr(m)
+    row = GPUSampler(nvml.visible_devices()[0]).sample(now=0.0)
+    assert row["throttle_reasons"] == fake_nvml_module.SW_POWER_CAP and row["throttled"] is False
+
+
+def test_thermal_slowdown_still_warns_beside_the_power_cap(fake_nvml, pretend_gpus, monkeypatch):
+    _capped_t4(fake_nvml, pretend_gpus, monkeypatch, fake_nvml_module.SW_POWER_CAP | fake_nvml_module.HW_THERMAL)
+    with pytest.warns(UserWarning, match="heat or hardware protection"):
+        m = gl.benchmark(lambda: None, device="cuda:0", min_run_time=0.02, warn_noisy=False)
+    assert m.throttled is True and m.power_capped is True and "THROTTLED by hw_thermal" in m.gpu_note
+
+
+def test_a_power_capped_trace_is_noted_and_an_old_throttled_column_judged_again():
+    capped = fabricate(gpu_util=92)
+    frame = capped.frame.copy()
+    gpu = frame["device"] == "gpu0"
+    frame.loc[gpu, "throttle_reasons"] = fake_nvml_module.SW_POWER_CAP
+    frame.loc[gpu, "throttled"] = True            # as recorded when the power cap counted as a slowdown
+    frame.loc[gpu, "sm_clock_mhz"] = 1365.0
+    v = Trace(frame, 0.1, duration_s=2.0).diagnose()
+    assert "throttled" not in v.codes and "power-capped" in v.codes
+    note = next(f for f in v.findings if f.code == "power-capped")
+    assert note.level == "info" and "1365 MHz" in note.evidence
+    hot = fabricate(gpu_util=92, throttled=True).diagnose()
+    assert "throttled" in hot.codes and "power-capped" not in hot.codes
+    assert any("hw_thermal" in f.evidence for f in hot.findings if f.code == "throttled")

@@ -9,7 +9,10 @@ toolkit (``gpulab``); the toolkit never imports it.
 - ``bandwidth``: lesson 02's host-to-device copy sweep; ``oom_fixes``: lesson 09's fix ladder as training settings
 - ``streams``: lesson 02's CUDA streams: copy/compute overlap, the stale read of a non-blocking copy
 - ``augment``: batched image augmentation on the batch's device (lessons 06 and 08)
-- ``keras``: starting TensorFlow and Keras in a lesson (Triton first, GPU memory on demand, quiet, seeded)
+- ``keras``: starting TensorFlow and Keras in a lesson (Triton first, PyTorch's CUDA cache released, GPU memory on
+  demand, quiet, seeded)
+- ``optional``: a lesson's part that needs TensorFlow, DALI, MLflow or ONNX Runtime, skipped in one line without it
+- ``compilers``: lesson 10's compile modes (what ``max-autotune`` tunes on this GPU)
 - ``published``: the learner's figures beside published ones, the closing table of each lesson
 - ``checks``: exercise self-checks, measured challenges, reference solutions that run only in CI
 - ``narrate``: interpretations written per device and filled with the measured figures
@@ -44,6 +47,8 @@ from .comm_overlap import CommOverlap, comm_overlap, profile_comm_overlap
 from .downloads import real_images
 from .images import CorruptDataError, ImageSet, data_dir, synthetic_images
 from .keras import KerasSetup, start_keras
+from .optional import OptionalPart, needs
+from .compilers import AutotuneScope, max_autotune_scope
 from .oom_fixes import fix_settings, ladder_rungs
 from .kernels import FusedChallenge, fused_challenge, matmul_global_bytes
 from .streams import OverlapTiming, StaleRead, copy_compute_overlap, stale_read
@@ -89,7 +94,7 @@ __all__ = [
     "check_no_sync", "NoSyncCheck", "no_sync_loss", "no_sync_nullcontext",
     "comm_overlap", "CommOverlap", "profile_comm_overlap",
     "transfer_sweep", "TransferSweep", "TransferPoint", "default_ceilings",
-    "start_keras", "KerasSetup",
+    "start_keras", "KerasSetup", "needs", "OptionalPart", "max_autotune_scope", "AutotuneScope",
     "fix_settings", "ladder_rungs",
     "copy_compute_overlap", "OverlapTiming", "stale_read", "StaleRead",
     "tf32", "tf32_flags", "tf32_supported", "fp32_step_ceiling",

@@ -28,7 +28,7 @@ from typing import Any, Iterable
 from .._check import checked, positive, whole
 from .._format import fmt_number, fmt_rate
 from .ablation import Ablation, AblationStep, accuracy_floor
-from .capstone import Recipe, RecipeRun, seed_model, train_recipe
+from .capstone import Recipe, RecipeRun, _tf32, seed_model, train_recipe
 from .capstone_torch import interleaved_gain
 from .checks import Check, NotAnswered, _esc
 from .digits import Digits, to_features
@@ -40,7 +40,9 @@ __all__ = ["check_tracked", "recipe_ceiling", "RecipeChallenge", "recipe_challen
 @checked(device="device")
 def recipe_ceiling(recipe: Recipe, *, device: Any = None, min_run_time: float = 0.3) -> Any:
     """The matmuls of one training step of ``recipe`` (its batch size and precision), recorded and timed alone
-    with :func:`gpulab.limits.step_matmul_ceiling`: what this machine can do for this model's matmuls.
+    with :func:`gpulab.limits.step_matmul_ceiling`: what this machine can do for this model's matmuls. With
+    ``recipe.tf32`` its fp32 matmuls are recorded and timed with TF32 on, as the recipe trains (an Ampere or newer
+    GPU; elsewhere ``ValueError``), so the ceiling is the TF32 one.
 
     Example:
         >>> from gpulab import course
@@ -67,7 +69,8 @@ def recipe_ceiling(recipe: Recipe, *, device: Any = None, min_run_time: float = 
             loss = F.cross_entropy(model(x), y)
         loss.backward()
 
-    return step_matmul_ceiling(step, min_run_time=min_run_time)
+    with _tf32(recipe, dev):
+        return step_matmul_ceiling(step, min_run_time=min_run_time)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ Example:
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import replace
 from typing import Any, Mapping
@@ -17,7 +18,7 @@ from typing import Any, Mapping
 from .._check import checked
 from ..interleaved import threads
 from .ablation import Ablation, Change, ablate
-from .capstone import Recipe, seed_model, train_recipe
+from .capstone import Recipe, _tf32, seed_model, train_recipe
 from .digits import Digits, to_features
 
 __all__ = ["torch_changes", "torch_ablation", "largest_batch", "interleaved_gain"]
@@ -27,12 +28,13 @@ __all__ = ["torch_changes", "torch_ablation", "largest_batch", "interleaved_gain
 def largest_batch(recipe: Recipe, data: Digits, *, device: Any = None, budget: int | None = None,
                   limit: int | None = None) -> Any:
     """:func:`gpulab.find_max_batch_size` for ``recipe``'s training step (data on the device): the sizes that
-    fit, each timed. ``budget`` simulates a card's memory off-GPU (default 16 GiB, a T4's); ``limit`` defaults to
-    an eighth of the training set, so an epoch still has 8 steps."""
+    fit, each timed. ``budget`` simulates a card's memory off-GPU (default a T4's 15 GiB, as nvidia-smi shows
+    it); ``limit`` defaults to an eighth of the training set, so an epoch still has 8 steps."""
     import torch
     import torch.nn.functional as F
 
-    from ..memory import GiB, find_max_batch_size
+    from ..memory import find_max_batch_size
+    from ..reference import gpu_spec
     from ..system import device as pick_device
     from .capstone import _optimizer
     from .training import TrainConfig, make_scaler
@@ -61,7 +63,7 @@ def largest_batch(recipe: Recipe, data: Digits, *, device: Any = None, budget: i
     limit = limit or max(recipe.batch_size, n // 8)
     cuda = dev.type == "cuda"
     return find_max_batch_size(step, start=min(recipe.batch_size, limit), limit=limit,
-                               budget=None if cuda else (budget or 16 * GiB), device=str(dev), min_run_time=0.15)
+                               budget=None if cuda else (budget or gpu_spec("T4").memory_bytes), device=str(dev), min_run_time=0.15)
 
 
 @checked(device="device")
@@ -173,9 +175,12 @@ def _ceiling(dev: Any) -> Any:
     names = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
     def ceiling(recipe: Recipe) -> tuple[str, float] | None:
-        # a precision the defaults leave out (bf16 on a CPU without bf16 instructions) is measured when used
+        # a precision the defaults leave out (bf16 on a CPU without bf16 instructions) is measured when used;
+        # an fp32 recipe with TF32 on is held to the fp32 ceiling measured with TF32 on, as it trains
         name = names[recipe.precision]
-        return name, machine_limits(dev, dtypes=[name]).peak_flops(name)
+        with _tf32(recipe, dev) if name == "float32" else contextlib.nullcontext():
+            return ("tf32" if name == "float32" and recipe.tf32 else name,
+                    machine_limits(dev, dtypes=[name]).peak_flops(name))
     return ceiling
 
 

@@ -4,7 +4,12 @@
 loaded before Triton crashes PyTorch's compiler later), asks TensorFlow to take GPU memory only as it needs it
 (where there is a GPU, so that PyTorch can share it), quiets TensorFlow's logs, seeds Python, NumPy and
 TensorFlow, and sets Keras' global dtype policy. It does not start TensorFlow's devices, so logical devices (e.g.
-``gpulab.distributed.mirrored_strategy(cpu_devices=2)``) can still be configured afterwards.
+``gpulab.distributed.mirrored_strategy(cpu_devices=2)``) can still be configured afterwards. When PyTorch has
+already used the GPU in this process, the blocks its caching allocator keeps (after a sweep or
+``find_max_batch_size``, often most of the card) go back to the driver first
+(``gpulab.memory.recover_memory``: garbage collected, ``torch.cuda.empty_cache()``), so TensorFlow does not start on
+a card that looks full (an out-of-memory error, or "failed to create cublas handle"). Tensors the notebook still
+references stay: delete the ones it no longer needs before (``gl.memory.recover_memory(globals(), [...])``).
 
 Example:
     >>> start_keras(policy="mixed_fp8")
@@ -21,9 +26,10 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Literal
 
+from .._format import fmt_bytes
 from .._tf import import_tensorflow
 
-__all__ = ["KerasSetup", "start_keras", "POLICIES"]
+__all__ = ["KerasSetup", "start_keras", "release_torch_cache", "POLICIES"]
 
 POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
 Policy = Literal["float32", "mixed_float16", "mixed_bfloat16"]
@@ -107,6 +113,9 @@ def start_keras(*, seed: int | None = 0, policy: Policy = "float32", memory_grow
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     if grow and "tensorflow" not in sys.modules:
         os.environ["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"     # read when TensorFlow sets up a GPU
+    released = release_torch_cache()
+    if released is not None:
+        notes.append(released)
     tf = import_tensorflow()
     import keras
 
@@ -131,3 +140,24 @@ def start_keras(*, seed: int | None = 0, policy: Policy = "float32", memory_grow
         notes.append("mixed_float16: compile() wraps the optimizer in a LossScaleOptimizer (Keras' GradScaler)")
     return KerasSetup(tf, keras, tf.__version__, keras.__version__, tuple(d.name for d in physical), growth, policy,
                       seed, tuple(notes))
+
+
+def release_torch_cache() -> str | None:
+    """Return the GPU memory PyTorch's caching allocator holds but no tensor uses to the driver, so that another
+    framework in this process (TensorFlow) finds it free; a sentence saying how much, or None when PyTorch has not
+    used a GPU here (PyTorch is not imported, nor is CUDA started, by this call).
+
+    Example:
+        >>> release_torch_cache() is None or release_torch_cache().startswith("PyTorch")
+        True
+    """
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return None
+    from ..memory import recover_memory
+
+    before = int(torch.cuda.memory_reserved())
+    recover_memory(clear_exception=False, clear_outputs=False)      # gc.collect(), torch.cuda.empty_cache()
+    after, live = int(torch.cuda.memory_reserved()), int(torch.cuda.memory_allocated())
+    return (f"PyTorch's CUDA cache returned to the driver before TensorFlow: {fmt_bytes(before - after)} "
+            f"({fmt_bytes(live)} still in live PyTorch tensors)")

@@ -99,6 +99,7 @@ def datasheet(gpu: str, quantity: DatasheetQuantity) -> Cited:
     """A datasheet peak of ``gpu`` (any name :func:`gpulab.gpu_spec` accepts) as a citable figure, in TFLOP/s
     (``"fp32"``, ``"tf32"``, ``"fp16"``, ``"bf16"``), GB/s (``"bandwidth"``) or GiB (``"memory"``).
     ``"16-bit"`` is the bf16 tensor-core peak where the datasheet lists one, else the fp16 one (a T4).
+    ``"memory"`` is what ``nvidia-smi`` shows (a T4's 15 GiB, its datasheet's 16 GB less what ECC keeps).
 
     Example:
         >>> datasheet("T4", "16-bit").figure, datasheet("T4", "16-bit").hardware
@@ -117,6 +118,8 @@ def datasheet(gpu: str, quantity: DatasheetQuantity) -> Cited:
         raise ValueError(f"the {spec.name} datasheet lists no {words} (quantity {quantity!r}); "
                          f"'16-bit' picks the tensor-core type the card has")
     value = raw / divisor
+    if quantity == "memory" and spec.datasheet_memory_bytes:     # a T4: what nvidia-smi shows, not the 16 GB
+        words = f"memory as nvidia-smi shows it (datasheet: {spec.datasheet_memory_bytes / divisor:g} GB)"
     return Cited(f"{fmt_number(value)} {unit}", value, value, unit, f"{spec.name}, {words}", spec.source, spec.url,
                  key=None)
 

@@ -2,11 +2,13 @@
 
 TF32 keeps fp32's 8-bit exponent but rounds the inputs of a multiplication to 10 mantissa bits (fp16's
 precision); the products are summed in fp32. Only NVIDIA GPUs of compute capability 8.0 or newer have it;
-on a CPU, a T4 or a V100 the switches below exist but change nothing. PyTorch's defaults:
-``torch.backends.cuda.matmul.allow_tf32 = False`` (matmuls in full fp32, same as
-``torch.set_float32_matmul_precision("highest")``) and ``torch.backends.cudnn.allow_tf32 = True``
-(cuDNN convolutions in TF32). TensorFlow turns TF32 on for both by default on Ampere+
-(``tf.config.experimental.enable_tensor_float_32_execution``).
+on a CPU, a T4 or a V100 the switches below exist but change nothing. PyTorch's defaults: matmuls in full fp32
+and cuDNN convolutions in TF32. From torch 2.7 the switches are ``torch.backends.cuda.matmul.fp32_precision``
+(``"ieee"`` or ``"tf32"``) and ``torch.backends.cudnn.conv.fp32_precision``; older releases spell them
+``torch.backends.cuda.matmul.allow_tf32`` (or ``torch.set_float32_matmul_precision("high")``) and
+``torch.backends.cudnn.allow_tf32``, which torch 2.9 deprecates, and it raises when the two spellings are mixed.
+:func:`gpulab.system.tf32_switched` uses the one the installed torch prefers. TensorFlow turns TF32 on for both by
+default on Ampere+ (``tf.config.experimental.enable_tensor_float_32_execution``).
 
 :func:`tf32` sets both PyTorch switches inside a ``with`` block and restores them on exit;
 :func:`tf32_supported` says whether a device runs TF32; :func:`fp32_step_ceiling` picks the share-of-peak
@@ -14,10 +16,9 @@ denominator of an fp32 training step: on Ampere+ convolutions run in TF32 by def
 TF32 tensor-core peak, not the fp32 one.
 
 Example:
-    >>> import torch
     >>> from gpulab import course
-    >>> with course.tf32(True):
-    ...     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    >>> with course.tf32(True) as flags:
+    ...     flags["matmul"], flags["cudnn"]
     (True, True)
     >>> course.tf32_supported("cpu")
     False
@@ -28,35 +29,36 @@ import contextlib
 from typing import Any, Iterator, Mapping
 
 from .._check import checked
+from ..system import tf32_state, tf32_switched
 
 __all__ = ["tf32", "tf32_supported", "tf32_flags", "fp32_step_ceiling"]
 
 
 def tf32_flags() -> dict[str, Any]:
-    """PyTorch's TF32 switches as they are now: ``matmul`` (``torch.backends.cuda.matmul.allow_tf32``),
-    ``cudnn`` (``torch.backends.cudnn.allow_tf32``), ``matmul_precision``
-    (``torch.get_float32_matmul_precision()``) and ``cudnn_benchmark`` (``torch.backends.cudnn.benchmark``).
+    """PyTorch's TF32 switches as they are now (:func:`gpulab.system.tf32_state`): ``matmul`` and ``cudnn`` (may
+    fp32 matmuls / cuDNN convolutions use TF32), ``matmul_precision`` (the matmul switch as the installed torch's
+    API spells it: ``"tf32"``/``"ieee"``/``"none"`` from torch 2.7, ``"high"``/``"highest"`` before), ``api``
+    (which switches: ``"fp32_precision"`` or ``"allow_tf32"``) and ``cudnn_benchmark``
+    (``torch.backends.cudnn.benchmark``).
 
     Example:
         >>> sorted(tf32_flags())
-        ['cudnn', 'cudnn_benchmark', 'matmul', 'matmul_precision']
+        ['api', 'cudnn', 'cudnn_benchmark', 'matmul', 'matmul_precision']
     """
     import torch
 
-    return {"matmul": bool(torch.backends.cuda.matmul.allow_tf32), "cudnn": bool(torch.backends.cudnn.allow_tf32),
-            "matmul_precision": torch.get_float32_matmul_precision(),
+    state = tf32_state()
+    return {"matmul": state.matmul, "cudnn": state.cudnn, "matmul_precision": state.matmul_setting, "api": state.api,
             "cudnn_benchmark": bool(torch.backends.cudnn.benchmark)}
 
 
 @contextlib.contextmanager
 def tf32(enabled: bool, *, convolutions: bool | None = None) -> Iterator[dict[str, Any]]:
-    """Inside the block, fp32 matmuls (``torch.backends.cuda.matmul.allow_tf32``, i.e.
-    ``torch.set_float32_matmul_precision("high")`` when on, ``"highest"`` when off) and cuDNN convolutions
-    (``torch.backends.cudnn.allow_tf32``; ``convolutions`` defaults to ``enabled``) may use TF32; every
-    switch is restored on exit, even after an error. Yields the switches as set.
+    """Inside the block, fp32 matmuls and cuDNN convolutions (``convolutions`` defaults to ``enabled``) may use
+    TF32, set through the switches the installed torch prefers (:func:`gpulab.system.tf32_switched`); every
+    switch is restored on exit, even after an error. Yields the switches as set (:func:`tf32_flags`).
 
     Example:
-        >>> import torch
         >>> before = tf32_flags()
         >>> with tf32(False) as flags:
         ...     flags["matmul"], flags["cudnn"]
@@ -68,17 +70,8 @@ def tf32(enabled: bool, *, convolutions: bool | None = None) -> Iterator[dict[st
         raise TypeError(f"enabled must be True or False, got {enabled!r}")
     if convolutions is not None and not isinstance(convolutions, bool):
         raise TypeError(f"convolutions must be True, False or None (= enabled), got {convolutions!r}")
-    import torch
-
-    saved_precision = torch.get_float32_matmul_precision()
-    saved_cudnn = torch.backends.cudnn.allow_tf32
-    try:
-        torch.set_float32_matmul_precision("high" if enabled else "highest")
-        torch.backends.cudnn.allow_tf32 = enabled if convolutions is None else convolutions
+    with tf32_switched(matmul=enabled, cudnn=enabled if convolutions is None else convolutions):
         yield tf32_flags()
-    finally:
-        torch.set_float32_matmul_precision(saved_precision)
-        torch.backends.cudnn.allow_tf32 = saved_cudnn
 
 
 @checked(device="devspec")
@@ -107,7 +100,7 @@ def fp32_step_ceiling(measured_peaks: Mapping[str, float], *, device: Any = None
 
     ``measured_peaks`` maps dtype names (``"float32"``, ``"bfloat16"``, ``"float16"``) to the measured matmul
     ceilings. Where TF32 does not exist (CPU, T4, V100) it is the measured fp32 ceiling. On Ampere+ with
-    cuDNN's TF32 on (``convolutions_tf32``, default ``torch.backends.cudnn.allow_tf32``) the step's
+    cuDNN's TF32 on (``convolutions_tf32``, default: as :func:`gpulab.system.tf32_state` reads it) the step's
     convolutions run on TF32 tensor cores, so the ceiling is the TF32 tensor peak of ``gpu`` from the
     datasheet (:func:`gpulab.gpu_spec`); for a GPU not in the datasheet list, the fastest measured ceiling
     (a 16-bit one: TF32 is never faster than 16 bits). Either is at least the measured fp32 ceiling.
@@ -116,14 +109,12 @@ def fp32_step_ceiling(measured_peaks: Mapping[str, float], *, device: Any = None
         >>> fp32_step_ceiling({"float32": 1e11, "bfloat16": 5e10}, device="cpu")
         100000000000.0
     """
-    import torch
-
     if "float32" not in measured_peaks:
         raise ValueError(f"measured_peaks must include 'float32', got {sorted(measured_peaks)}")
     fp32 = float(measured_peaks["float32"])
     if not tf32_supported(device):
         return fp32
-    on = bool(torch.backends.cudnn.allow_tf32) if convolutions_tf32 is None else convolutions_tf32
+    on = tf32_state().cudnn if convolutions_tf32 is None else convolutions_tf32
     if not on:
         return fp32
     spec_peak = None

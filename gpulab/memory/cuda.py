@@ -27,6 +27,10 @@ __all__ = ["CudaMemoryState", "cuda_memory_state", "nvml_processes", "MemoryReco
            "MemorySnapshot", "capture_memory_history", "MEMORY_VIZ_URL"]
 
 MEMORY_VIZ_URL = "https://pytorch.org/memory_viz"
+# What a process holds beyond its allocator's reserve: the CUDA context, kernels, cuBLAS/cuDNN/NCCL workspaces
+# (a few hundred MiB to about a GiB in practice). A PID whose NVML figure exceeds this process's reserve by at most
+# this much can be this process.
+CONTEXT_ALLOWANCE_BYTES = 2 * 2**30
 
 
 def _cuda(cuda: Any) -> Any:
@@ -101,7 +105,8 @@ def cuda_memory_state(device: Any = None, cuda: Any = None) -> CudaMemoryState |
 def nvml_processes(cuda_index: int = 0) -> list[tuple[int, int | None]] | None:
     """``(pid, used bytes)`` of every compute process on the CUDA device ``cuda_index``, from NVML
     (``nvidia-smi``'s process table). None without NVML; a process's bytes are None when NVML cannot
-    tell (e.g. Windows WDDM). In containers NVML may report host PIDs that differ from ``os.getpid()``.
+    tell (e.g. Windows WDDM). In containers NVML may report host PIDs that differ from ``os.getpid()``
+    (:func:`reconcile_memory` recognises this process under such a PID by its memory).
     """
     from ..telemetry import nvml
 
@@ -119,6 +124,34 @@ def nvml_processes(cuda_index: int = 0) -> list[tuple[int, int | None]] | None:
         used = getattr(p, "usedGpuMemory", None)
         out.append((int(p.pid), None if used is None else int(used)))
     return out
+
+
+def _pid_visible(pid: int) -> bool | None:
+    """Whether ``pid`` is a process in this PID namespace (None without psutil)."""
+    try:
+        import psutil
+    except ImportError:
+        return None
+    return bool(psutil.pid_exists(pid))
+
+
+def _this_process_elsewhere(procs: list[tuple[int, int | None]], pid: int,
+                            reserved: int) -> tuple[int, int | None, str] | None:
+    """The PID under which NVML most likely lists this process when ``pid`` is not in its table: (pid, bytes, the
+    evidence), or None. This process holds a CUDA context on the device (reading its memory made one), so NVML
+    should list it; when it does not, NVML counts PIDs of another PID namespace (a container's host). Evidence for
+    a PID: its memory is this process's reserve plus at most a CUDA context, or, the only one listed, it is not a
+    process here."""
+    if any(p == pid for p, _ in procs):
+        return None
+    fits = [(p, b) for p, b in procs if b is not None and reserved <= b <= reserved + CONTEXT_ALLOWANCE_BYTES]
+    if fits and reserved > 0:
+        p, b = min(fits, key=lambda pb: pb[1] - reserved)
+        return p, b, (f"its {fmt_bytes(b)} is this process's {fmt_bytes(reserved)} reserved plus "
+                      f"{fmt_bytes(b - reserved)}, about what a CUDA context takes")
+    if len(procs) == 1 and (procs[0][1] is None or procs[0][1] >= reserved) and _pid_visible(procs[0][0]) is False:
+        return procs[0][0], procs[0][1], "the only process NVML lists, and not a process in this PID namespace"
+    return None
 
 
 def _nvml_memory(cuda_index: int) -> Any:
@@ -168,6 +201,10 @@ def reconcile_memory(device: Any = None, cuda: Any = None, pid: int | None = Non
     """NVML "used" vs allocator reserved vs allocated for a CUDA device, with the gaps named:
     cached blocks (reserved - allocated), this process's CUDA context and non-PyTorch allocations
     (NVML's figure for this process - reserved), and other processes. Without CUDA: ``available=False``.
+
+    Inside a container NVML may list this process under its host PID: when this process's PID is not in NVML's
+    table, a PID whose memory is this process's reserve plus a CUDA context (or the only one listed, when it is not
+    a process here) is shown apart as "another PID, possibly this process", not among the other processes.
     """
     cuda = _cuda(cuda)
     if cuda is None or not cuda.is_available():
@@ -178,12 +215,14 @@ def reconcile_memory(device: Any = None, cuda: Any = None, pid: int | None = Non
     used = None if nv is None else nv.used_bytes
     procs = nvml_processes(st.device_index)
     pid = os.getpid() if pid is None else pid
-    mine = others = None
+    mine = others = maybe = None
     if procs is not None:
         mine_list = [b for p, b in procs if p == pid]
         mine = mine_list[0] if mine_list else None
-        other = [b for p, b in procs if p != pid]
+        maybe = _this_process_elsewhere(procs, pid, st.reserved_bytes)
+        other = [b for p, b in procs if p != pid and (maybe is None or p != maybe[0])]
         others = sum(b for b in other if b is not None) if other else 0
+    own = mine if maybe is None else maybe[1]
     rows: list[tuple[str, int | None, str]] = [
         ("card total", st.total_bytes, "the GPU's memory as CUDA reports it (cudaMemGetInfo)"),
         ("NVML used", used, "what nvidia-smi shows as used: every process, contexts included"
@@ -191,6 +230,10 @@ def reconcile_memory(device: Any = None, cuda: Any = None, pid: int | None = Non
         ("driver reserve (NVML)", None if nv is None else nv.reserved_bytes,
          "kept by the driver and firmware, never usable by processes; nvidia-smi -q lists it as Reserved"),
         ("this process (NVML)", mine, "NVML's figure for this process (missing when PIDs differ, e.g. containers)"),
+        *([] if maybe is None else [(
+            "another PID, possibly this process (NVML)", maybe[1],
+            f"PID {maybe[0]}: another PID (possibly this process, seen by its host PID inside a container): "
+            f"{maybe[2]}; not counted with the other processes")]),
         ("other processes (NVML)", others, "memory you cannot use; close them or pick another GPU"),
         ("PyTorch reserved", st.reserved_bytes, "held by the caching allocator: live tensors + cached blocks"),
         ("PyTorch allocated", st.allocated_bytes, "live tensors (torch.cuda.memory_allocated)"),
@@ -198,12 +241,16 @@ def reconcile_memory(device: Any = None, cuda: Any = None, pid: int | None = Non
          "free for this process's next tensors; torch.cuda.empty_cache() returns it to others"),
         ("fragmented (inactive split)", st.inactive_split_bytes,
          "cached blocks cut up by earlier allocations; expandable_segments reduces it"),
-        ("CUDA context + non-PyTorch", None if mine is None else mine - st.reserved_bytes,
-         "this process's NVML figure minus reserved: context, kernels, cuBLAS/cuDNN/NCCL buffers"),
+        ("CUDA context + non-PyTorch", None if own is None else own - st.reserved_bytes,
+         "this process's NVML figure minus reserved: context, kernels, cuBLAS/cuDNN/NCCL buffers"
+         + ("" if maybe is None else f" (PID {maybe[0]}'s figure, if it is this process)")),
         ("driver free", st.free_bytes, "cudaMemGetInfo: free for any process"),
     ]
     note = f"cuda:{st.device_index}" + ("; NVML unavailable: its rows are missing" if nv is None
                                          else f"; {nv.note}" if nv.note else "")
+    if maybe is not None:
+        note += (f"; NVML does not list this process's PID {pid}: PID {maybe[0]} is possibly this process, seen by "
+                 "its host PID inside a container")
     return MemoryReconciliation(True, note, tuple(rows), st)
 
 

@@ -204,15 +204,19 @@ def _cuda_context(msg: OOMMessage | None, device: str) -> tuple[int | None, int 
     if msg.other_processes:
         others = sum(b for _, b in msg.other_processes)
     if others is None or ctx is None:
-        from .cuda import nvml_processes
+        from .cuda import _this_process_elsewhere, nvml_processes
 
         procs = nvml_processes(msg.gpu_index or 0)
         if procs is not None:
             import os
 
-            mine = [b for p, b in procs if p == os.getpid() and b is not None]
+            me = os.getpid()             # inside a container NVML may list this process under its host PID
+            elsewhere = _this_process_elsewhere(procs, me, msg.reserved_bytes or 0)
+            if elsewhere is not None:
+                me = elsewhere[0]
+            mine = [b for p, b in procs if p == me and b is not None]
             if others is None:
-                others = sum(b for p, b in procs if p != os.getpid() and b is not None)
+                others = sum(b for p, b in procs if p != me and b is not None)
             if ctx is None and mine and msg.reserved_bytes is not None:
                 ctx = max(0, mine[0] - msg.reserved_bytes)
             src = "the error message and NVML"

@@ -87,7 +87,8 @@ def find_max_batch_size(step: Callable[[int], Any], start: int = 8, limit: int =
     recovered from *outside* the ``except`` block (references dropped, garbage collected, CUDA cache
     emptied, peak reset), so nothing leaks between trials. On CUDA the capacity is the memory free at the
     start (``torch.cuda.mem_get_info`` after emptying the cache), so the CUDA context, the model already on the
-    card and other processes count; elsewhere pass ``budget`` (bytes) to simulate a card with
+    card and other processes count, and on return the cache is emptied again, so the memory the trials reserved
+    goes back to the driver (for TensorFlow or another process) instead of staying in PyTorch's cache; elsewhere pass ``budget`` (bytes) to simulate a card with
     :func:`memory_budget`. The search never goes past the batch at which the step's largest tensor would
     exceed 2**31 elements (sized in the first trial), where CUDA kernels fail with errors that are not OOM.
 
@@ -153,47 +154,51 @@ def find_max_batch_size(step: Callable[[int], Any], start: int = 8, limit: int =
         trials.append(BatchTrial(bs, ok, peak))
         return ok
 
-    if attempt(start) and watch.numel:
-        # Tensors past 2**31 elements break 32-bit indexing in many CUDA kernels (errors, not OOM): stop before.
-        cap = max(start, (2**31 - 1) * start // watch.numel)
-        if cap < limit:
-            limit = cap
-            notes.append(f"batch sizes capped at {cap}: beyond it the largest tensor (shape {watch.shape} at batch "
-                         f"{start}) would pass 2**31 elements")
-    lo, hi, bs = (start, None, start * 2) if trials[0].fits else (0, start, start)
-    while hi is None and bs <= limit and len(trials) < max_trials:
-        if attempt(bs):
-            lo, bs = bs, bs * 2
-        else:
-            hi = bs
-    if hi is None and lo < limit < bs and len(trials) < max_trials:   # the last doubling overshot the limit
-        if attempt(limit):
-            lo = limit
-        else:
-            hi = limit
-    if lo == 0 and hi is not None:
-        raise MemoryError(f"even batch size {start} does not fit in {fmt_bytes(capacity)}: start lower, use a "
-                          "smaller model, mixed precision or gradient checkpointing")
-    if hi is not None:
-        while hi - lo > max(1, lo // 64) and len(trials) < max_trials:
-            mid = (lo + hi) // 2
-            if attempt(mid):
-                lo = mid
+    try:
+        if attempt(start) and watch.numel:
+            # Tensors past 2**31 elements break 32-bit indexing in many CUDA kernels (errors, not OOM): stop before.
+            cap = max(start, (2**31 - 1) * start // watch.numel)
+            if cap < limit:
+                limit = cap
+                notes.append(f"batch sizes capped at {cap}: beyond it the largest tensor (shape {watch.shape} at batch "
+                             f"{start}) would pass 2**31 elements")
+        lo, hi, bs = (start, None, start * 2) if trials[0].fits else (0, start, start)
+        while hi is None and bs <= limit and len(trials) < max_trials:
+            if attempt(bs):
+                lo, bs = bs, bs * 2
             else:
-                hi = mid
-    if time_trials:
-        from ..timing import benchmark
+                hi = bs
+        if hi is None and lo < limit < bs and len(trials) < max_trials:   # the last doubling overshot the limit
+            if attempt(limit):
+                lo = limit
+            else:
+                hi = limit
+        if lo == 0 and hi is not None:
+            raise MemoryError(f"even batch size {start} does not fit in {fmt_bytes(capacity)}: start lower, use a "
+                              "smaller model, mixed precision or gradient checkpointing")
+        if hi is not None:
+            while hi - lo > max(1, lo // 64) and len(trials) < max_trials:
+                mid = (lo + hi) // 2
+                if attempt(mid):
+                    lo = mid
+                else:
+                    hi = mid
+        if time_trials:
+            from ..timing import benchmark
 
-        timed = []
-        for t in trials:
-            if t.fits:
-                m = benchmark(step, t.batch_size, label=f"batch {t.batch_size}", items=t.batch_size, warmup=1,
-                              min_run_time=min_run_time, device=device, warn_noisy=False)
-                timed.append(BatchTrial(t.batch_size, True, t.peak_bytes, m.items_per_s))
-            else:
-                timed.append(t)
-        trials = timed
-    return BatchSizeSearch(tuple(trials), int(capacity), margin, str(device), tuple(notes))
+            timed = []
+            for t in trials:
+                if t.fits:
+                    m = benchmark(step, t.batch_size, label=f"batch {t.batch_size}", items=t.batch_size, warmup=1,
+                                  min_run_time=min_run_time, device=device, warn_noisy=False)
+                    timed.append(BatchTrial(t.batch_size, True, t.peak_bytes, m.items_per_s))
+                else:
+                    timed.append(t)
+            trials = timed
+        return BatchSizeSearch(tuple(trials), int(capacity), margin, str(device), tuple(notes))
+    finally:
+        if cuda:   # the cache still holds the largest trial's blocks: return them for TensorFlow or other processes
+            free_memory(device)
 
 
 class _LargestTensor(_Watch):

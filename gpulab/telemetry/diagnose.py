@@ -12,7 +12,8 @@ GPU rules (NVML rows present):
 - GPU mostly idle and host CPU low -> overhead-bound: per-step Python, launch cost, small batches or host
   syncs; the Monitor cannot tell which of those, ``gl.profile(step).verdict`` can;
 - peak memory under half the card -> the batch can grow;
-- clocks slowed by power or thermal limits for a noticeable share of the run -> power/thermal limited.
+- clocks slowed by heat or hardware protection for a noticeable share of the run -> a "throttled" warning;
+  clocks held at the card's power cap -> a "power-capped" note (how a card runs at its power limit, not a fault).
 Host rules (always; the only ones without NVML, which never yields a GPU verdict):
 - phases named "data..."/"load..."/"input..." >= 30% of the whole run (unmarked time counts) -> input-bound;
   unmarked time >= 30% of the run -> an "unmarked-time" note (mark it, or profile the step);
@@ -162,6 +163,34 @@ def _too_few(trace: Any, device: str, n: int) -> Finding:
                    " s), longer if readings fail; several training steps, not the first ones only")
 
 
+def _clock_findings(g: str, f: Any) -> list[Finding]:
+    """Thermal and hardware slowdowns (a warning) and time at the power cap (a note), from the reason masks when
+    the trace has them (a trace recorded when the power cap still counted as a slowdown is judged again)."""
+    from .gpu import POWER_CAP_MASK, SLOWDOWN_MASK, slowdown_names
+
+    has = lambda col: col in f and f[col].notna().any()   # noqa: E731
+    known = f["throttle_reasons"].dropna().astype(int) if has("throttle_reasons") else None
+    if known is not None:
+        thr = float((known & SLOWDOWN_MASK).astype(bool).mean())
+        capped = float((known & POWER_CAP_MASK).astype(bool).mean())
+    else:
+        thr, capped = float(f["throttled"].fillna(False).astype(bool).mean()) if "throttled" in f else 0.0, 0.0
+    out = []
+    if thr >= THROTTLE_SHARE:
+        reasons = sorted({n for m in (known if known is not None else ()) for n in slowdown_names(int(m))})
+        out.append(Finding("warning", "throttled", f"{g} clocks were slowed by heat or hardware protection "
+                           f"{thr:.0%} of the time", "reasons: " + (", ".join(reasons) or "unknown"),
+                           "check cooling and airflow, and nvidia-smi -q -d PERFORMANCE for the cause"))
+    if capped >= THROTTLE_SHARE:
+        ev = "reason: sw_power_cap"
+        ev += f"; SM clock mean {f['sm_clock_mhz'].mean():.0f} MHz" if has("sm_clock_mhz") else ""
+        ev += f"; power mean {f['power_w'].mean():.0f} W" if has("power_w") else ""
+        out.append(Finding("info", "power-capped", f"{g} ran at its power cap {capped:.0%} of the time: the clocks "
+                           "its power budget allows, as the card is designed to run", ev,
+                           "nothing to fix: a card's power limit is part of its speed"))
+    return out
+
+
 def diagnose(trace: Any) -> Verdict:
     """Apply the rules to a :class:`~gpulab.telemetry.trace.Trace`."""
     findings: list[Finding] = []
@@ -225,17 +254,7 @@ def diagnose(trace: Any) -> Verdict:
                                         f"peak {f['mem_used_bytes'].max() / 2**30:.1f} GiB of "
                                         f"{f['mem_total_bytes'].max() / 2**30:.1f} GiB",
                                         "the batch can grow (gl.find_max_batch_size)"))
-        if "throttled" in f:
-            thr = float(f["throttled"].fillna(False).astype(bool).mean())
-            if thr >= THROTTLE_SHARE:
-                from .gpu import throttle_names
-
-                masks = f["throttle_reasons"].dropna() if "throttle_reasons" in f else ()
-                reasons = sorted({n for m in masks for n in throttle_names(int(m))
-                                  if n not in ("gpu_idle", "applications_clocks")})
-                findings.append(Finding("warning", "throttled", f"{g} clocks were slowed {thr:.0%} of the time",
-                                        "reasons: " + (", ".join(reasons) or "unknown"),
-                                        "check cooling and power limits (nvidia-smi -q -d PERFORMANCE)"))
+        findings += _clock_findings(g, f)
 
     if share is not None and share >= DATA_SHARE:
         findings.append(Finding("warning", "data-wait", f"{share:.0%} of the run went to loading data",

@@ -1,5 +1,6 @@
 """One GPU's live metrics through NVML: :class:`GPUSampler` (what :class:`~gpulab.telemetry.Monitor` records),
 clock-event ("throttle") reasons, and the clock state :func:`gpulab.benchmark` records around a run.
+Heat and hardware protection count as a slowdown; the software power cap is how a card runs at its power limit.
 
 Every NVML call goes through :func:`gpulab.telemetry.nvml.query`; nothing here imports ``pynvml``.
 
@@ -15,17 +16,26 @@ from typing import Any
 from .nvml import (NVMLDevice, cuda_handle, device_handle, first_answer, gpm_metrics, memory_info, mig_devices,
                    query, temperature_c)
 
-__all__ = ["GPUSampler", "THROTTLE_REASONS", "SLOWDOWN_MASK", "PCIE_PERIOD_S", "throttle_names", "clock_state"]
+__all__ = ["GPUSampler", "THROTTLE_REASONS", "SLOWDOWN_MASK", "POWER_CAP_MASK", "PCIE_PERIOD_S", "throttle_names",
+           "slowdown_names", "clock_state"]
 
 
 # ----------------------------------------------------------------------------------------------
-# Clock event ("throttle") reasons, from nvml.h's nvmlClocksEventReason* bit masks.
+# Clock event ("throttle") reasons: nvml.h's nvmlClocksEventReason* bits (pynvml's nvmlClocksEventReason* and
+# the older nvmlClocksThrottleReason* constants have the same values).
+GPU_IDLE, APPLICATIONS_CLOCKS, SW_POWER_CAP, HW_SLOWDOWN, SYNC_BOOST = 0x1, 0x2, 0x4, 0x8, 0x10
+SW_THERMAL, HW_THERMAL, HW_POWER_BRAKE, DISPLAY_CLOCKS = 0x20, 0x40, 0x80, 0x100
 THROTTLE_REASONS = {
-    0x1: "gpu_idle", 0x2: "applications_clocks", 0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x10: "sync_boost",
-    0x20: "sw_thermal", 0x40: "hw_thermal", 0x80: "hw_power_brake", 0x100: "display_clocks",
+    GPU_IDLE: "gpu_idle", APPLICATIONS_CLOCKS: "applications_clocks", SW_POWER_CAP: "sw_power_cap",
+    HW_SLOWDOWN: "hw_slowdown", SYNC_BOOST: "sync_boost", SW_THERMAL: "sw_thermal", HW_THERMAL: "hw_thermal",
+    HW_POWER_BRAKE: "hw_power_brake", DISPLAY_CLOCKS: "display_clocks",
 }
-# Reasons that mean the GPU ran slower than it could have (idle and user clock settings do not count).
-SLOWDOWN_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+# Reasons that mean the GPU ran slower than it is built to: heat, or hardware protection (HW slowdown, the
+# external power brake). Idle and user clock settings do not count, and neither does the software power cap:
+# a card at its power limit runs the clocks its power budget allows, which is how a T4 (70 W) runs nearly any
+# real load and how an H100 runs large matmuls. That is information (POWER_CAP_MASK), not a fault.
+SLOWDOWN_MASK = HW_SLOWDOWN | SW_THERMAL | HW_THERMAL | HW_POWER_BRAKE
+POWER_CAP_MASK = SW_POWER_CAP
 
 _CLOCK_SM, _CLOCK_MEM, _PCIE_TX, _PCIE_RX = 1, 2, 0, 1  # NVML_CLOCK_SM/MEM, NVML_PCIE_UTIL_TX/RX_BYTES
 _GPM_SM_UTIL, _GPM_TENSOR_UTIL = 2, 5  # NVML_GPM_METRIC_SM_UTIL, NVML_GPM_METRIC_ANY_TENSOR_UTIL
@@ -37,6 +47,16 @@ def throttle_names(mask: int | None) -> list[str]:
     if not mask:
         return []
     return [name for bit, name in THROTTLE_REASONS.items() if mask & bit]
+
+
+def slowdown_names(mask: int | None) -> list[str]:
+    """Names of the reasons in ``mask`` that count as a slowdown (thermal or hardware; not the power cap).
+
+    Example:
+        >>> slowdown_names(0x4), slowdown_names(0x4 | 0x40)
+        ([], ['hw_thermal'])
+    """
+    return throttle_names((mask or 0) & SLOWDOWN_MASK)
 
 
 def _reasons(h: Any) -> int | None:
@@ -134,7 +154,8 @@ def _int(v: Any) -> int | None:
 
 
 def clock_state(cuda_index: int = 0) -> dict[str, Any] | None:
-    """SM clock and clock-event reasons of the CUDA device ``cuda_index`` now (None without NVML).
+    """SM clock (now and the card's maximum), clock-event reasons, power draw and the enforced power limit of the
+    CUDA device ``cuda_index`` now (None without NVML; a value NVML cannot give is None).
 
     Example:
         >>> clock_state(0) is None or "sm_clock_mhz" in clock_state(0)
@@ -143,4 +164,9 @@ def clock_state(cuda_index: int = 0) -> dict[str, Any] | None:
     h = cuda_handle(cuda_index)
     if h is None:
         return None
-    return {"sm_clock_mhz": _num(query("nvmlDeviceGetClockInfo", h, _CLOCK_SM)), "throttle_reasons": _int(_reasons(h))}
+    power_mw, limit_mw = query("nvmlDeviceGetPowerUsage", h), query("nvmlDeviceGetEnforcedPowerLimit", h)
+    return {"sm_clock_mhz": _num(query("nvmlDeviceGetClockInfo", h, _CLOCK_SM)),
+            "max_sm_clock_mhz": _num(query("nvmlDeviceGetMaxClockInfo", h, _CLOCK_SM)),
+            "throttle_reasons": _int(_reasons(h)),
+            "power_w": None if power_mw is None else power_mw / 1000.0,
+            "power_limit_w": None if limit_mw is None else limit_mw / 1000.0}
