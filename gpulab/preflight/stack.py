@@ -74,13 +74,14 @@ def _installed(module: str) -> bool:
         return False
 
 
-def _version(dists: tuple[str, ...]) -> str | None:
+def _version(dists: tuple[str, ...]) -> tuple[str, str | None]:
+    """(the distribution installed, its version), or (the first one named, None)."""
     for d in dists:
         try:
-            return importlib.metadata.version(d)
+            return d, importlib.metadata.version(d)
         except importlib.metadata.PackageNotFoundError:
             continue
-    return None
+    return dists[0], None
 
 
 def nvcc_version(nvcc: str | None = None) -> tuple[str | None, str | None]:
@@ -143,7 +144,8 @@ class Environment:
         return rows
 
     def package_rows(self) -> list[tuple[str, str, str]]:
-        return [(p.name, p.status, "" if p.installed else f"{p.used_by} skip: {p.install}") for p in self.packages]
+        return [(p.name if p.dist == p.name else f"{p.name} ({p.dist})", p.status,
+                 "" if p.installed else f"{p.used_by} skip: {p.install}") for p in self.packages]
 
     def __repr__(self) -> str:
         notes = "".join(f"\nnote: {n}" for n in self.notes)
@@ -168,8 +170,11 @@ def environment(*, probe_frameworks: bool = True) -> Environment:
 
     ``probe_frameworks=False`` skips importing torch and TensorFlow (the package table still lists them).
     """
-    packages = tuple(Package(name, dists[0], _installed(name), _version(dists) if _installed(name) else None,
-                             used_by, install) for name, dists, used_by, install in OPTIONAL)
+    packages = []
+    for name, dists, used_by, install in OPTIONAL:
+        found = _installed(name)
+        dist, version = _version(dists) if found else (dists[0], None)
+        packages.append(Package(name, dist, found, version, used_by, install))
     info = system_info(frameworks=("torch",)) if probe_frameworks else None
     torch_fw = info.framework("torch") if info is not None else None
     torch_cuda = torch_fw.cuda_build if torch_fw is not None and torch_fw.installed else None
@@ -188,4 +193,4 @@ def environment(*, probe_frameworks: bool = True) -> Environment:
     for p in packages:
         if not p.installed and p.name not in ("nbclient", "ipykernel"):
             notes.append(f"{p.name} is missing: {p.used_by} will say so and skip ({p.install})")
-    return Environment(info, packages, nvcc, nvcc_cuda, torch_cuda, tuple(notes))
+    return Environment(info, tuple(packages), nvcc, nvcc_cuda, torch_cuda, tuple(notes))
