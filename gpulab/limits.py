@@ -177,7 +177,7 @@ def _normalised(dev: Any) -> Any:
     """``dev`` as a torch.device with its index: "cuda" (or a bare CUDA device) is the current GPU, "cuda:N"."""
     import torch
 
-    dev = torch.device(dev)
+    dev = torch.device("cuda", dev) if isinstance(dev, int) and not isinstance(dev, bool) else torch.device(dev)
     if dev.type == "cuda" and dev.index is None:
         return torch.device("cuda", int(torch.cuda.current_device()))
     return dev

@@ -14,8 +14,20 @@ What a CUDA step looks like there:
 """
 from __future__ import annotations
 
+import inspect
+
 from torch.autograd import DeviceType
-from torch.autograd.profiler_util import EventList, FunctionEvent
+from torch.autograd.profiler_util import EventList, FunctionEvent as _RealEvent
+
+# torch < 2.6 has no activity_type field: its events carry no such attribute, and the fakes must not either
+_HAS_ACTIVITY = "activity_type" in inspect.signature(_RealEvent.__init__).parameters
+
+
+def FunctionEvent(*args, activity_type: str | None = None, **kwargs) -> _RealEvent:   # noqa: N802 - the real class
+    """A real ``FunctionEvent``, given the kineto activity only where the installed torch records it."""
+    if _HAS_ACTIVITY and activity_type is not None:
+        kwargs["activity_type"] = activity_type
+    return _RealEvent(*args, **kwargs)
 
 KW = dict(use_device="cuda", stack=[], input_shapes=[])
 HOST_THREAD = 1

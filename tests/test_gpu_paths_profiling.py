@@ -101,7 +101,8 @@ def test_device_copies_of_the_step_ranges_are_not_steps():
     assert len(named) == 6 and sum(e.device_type == DeviceType.CUDA for e in named) == 3    # the premise
     assert {e.trace_name for e in named} == {"ProfilerStep#0", "ProfilerStep#1", "ProfilerStep#2"}
     assert all(e.is_user_annotation for e in named)
-    assert {e.activity_type for e in named} == {"user_annotation", "gpu_user_annotation"}
+    if K._HAS_ACTIVITY:                               # torch >= 2.6 records kineto's activity type
+        assert {e.activity_type for e in named} == {"user_annotation", "gpu_user_annotation"}
     s = run._summarise(_Prof(evs), "fab", "cuda", 3, 0, True, True, False, None)
     assert s.steps == 3 and s.step_times_s == pytest.approx((1e-3,) * 3)
     assert s.step_s == pytest.approx(1e-3) and s.total_s == pytest.approx(3e-3)

@@ -75,6 +75,9 @@ def local_process_group() -> Iterator[Any]:
     try:
         yield dist.group.WORLD
     finally:
+        # gloo's barrier waits for every pending work, so no worker thread is mid-callback (needing the GIL)
+        # while the group's destructor joins it
+        dist.barrier()
         dist.destroy_process_group()
 
 
