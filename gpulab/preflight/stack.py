@@ -12,9 +12,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import os
-import re
 import shutil
-import subprocess
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -85,20 +83,18 @@ def _version(dists: tuple[str, ...]) -> tuple[str, str | None]:
 
 
 def nvcc_version(nvcc: str | None = None) -> tuple[str | None, str | None]:
-    """``(path, "13.0")``: the nvcc on ``PATH`` (or under ``$CUDA_HOME/bin``) and the CUDA release it reports;
-    ``(None, None)`` without one."""
+    """``(path, "13.0")``: the nvcc a C++/CUDA extension would build with (``$CUDA_HOME/bin``, else ``PATH``, else
+    ``/usr/local/cuda/bin``, as torch looks) and the CUDA release it reports; ``(None, None)`` without one."""
+    from ..kernels.extension import _nvcc_release, _nvcc_version_text
+
     if nvcc is None:
         home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
-        candidate = os.path.join(home, "bin", "nvcc") if home else None
-        nvcc = shutil.which("nvcc") or (candidate if candidate and os.path.exists(candidate) else None)
+        candidates = [os.path.join(home, "bin", "nvcc")] if home else []
+        candidates += [shutil.which("nvcc") or "", "/usr/local/cuda/bin/nvcc"]
+        nvcc = next((c for c in candidates if c and os.path.exists(c)), None)
     if nvcc is None:
         return None, None
-    try:
-        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        return nvcc, None
-    m = re.search(r"release (\d+\.\d+)", out)
-    return nvcc, (m.group(1) if m else None)
+    return nvcc, _nvcc_release(_nvcc_version_text(nvcc))
 
 
 @dataclass(frozen=True)
