@@ -1,6 +1,6 @@
 """Command line: ``python -m gpulab doctor [--json]``, ``python -m gpulab limits``, ``python -m gpulab devicequery``,
-``python -m gpulab monitor``, ``python -m gpulab runs``, ``python -m gpulab check`` (the preflight before a class) (MLflow's UI and TensorBoard on the logged runs),
-``python -m gpulab version``.
+``python -m gpulab monitor``, ``python -m gpulab runs`` (MLflow's UI and TensorBoard on the logged runs),
+``python -m gpulab check`` (the preflight before a class), ``python -m gpulab version``.
 
 ``doctor`` exits 0 when nothing is at level "error" (a healthy CPU-only machine included), 1 otherwise.
 """

@@ -88,8 +88,8 @@ def find_max_batch_size(step: Callable[[int], Any], start: int = 8, limit: int =
     emptied, peak reset), so nothing leaks between trials. On CUDA the capacity is the memory free at the
     start (``torch.cuda.mem_get_info`` after emptying the cache), so the CUDA context, the model already on the
     card and other processes count, and on return the cache is emptied again, so the memory the trials reserved
-    goes back to the driver (for TensorFlow or another process) instead of staying in PyTorch's cache; elsewhere pass ``budget`` (bytes) to simulate a card with
-    :func:`memory_budget`. The search never goes past the batch at which the step's largest tensor would
+    goes back to the driver (for TensorFlow or another process) instead of staying in PyTorch's cache; elsewhere
+    pass ``budget`` (bytes) to simulate a card with :func:`memory_budget`. The search never goes past the batch at which the step's largest tensor would
     exceed 2**31 elements (sized in the first trial), where CUDA kernels fail with errors that are not OOM.
 
     Example:
