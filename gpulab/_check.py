@@ -17,6 +17,7 @@ import functools
 import importlib.util
 import inspect
 import math
+import numbers
 import os
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
@@ -28,12 +29,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def whole(name: str, value: Any, low: int = 1) -> int:
-    """``value`` as a whole number ``>= low``."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    """``value`` as a whole number ``>= low`` (a NumPy integer such as ``np.int64`` too; never a bool)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or type(value).__name__ == "bool_":
         raise TypeError(f"{name} must be a whole number >= {low}, got {value!r}")
     if value < low:
         raise ValueError(f"{name} must be a whole number >= {low}, got {value!r}")
-    return value
+    return int(value)
 
 
 def positive(name: str, value: Any, *, allow_zero: bool = False, unit: str = "") -> float:

@@ -16,6 +16,8 @@ Example:
 """
 from __future__ import annotations
 
+import math
+
 import functools
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
@@ -295,7 +297,12 @@ def ceiling_for(ceiling: float | None, rates: Iterable[tuple[str, float | None]]
     """
     if ceiling is None:
         return None, None
-    best = max(((label, r) for label, r in rates if r is not None), key=lambda x: x[1], default=None)
+    if not math.isfinite(ceiling) or ceiling <= 0:
+        raise ValueError(f"ceiling must be a positive finite rate in {unit}, got {ceiling!r}: measure it with "
+                         "gl.machine_limits()")
+    # a NaN or infinite rate (a diverged or failed run) says nothing about the machine: it never raises the ceiling
+    best = max(((label, r) for label, r in rates if r is not None and math.isfinite(r)), key=lambda x: x[1],
+               default=None)
     if best is None or best[1] <= ceiling:
         return ceiling, None
     by = measured_by or ("the matmul benchmark" if "FLOP" in unit else "the copy benchmark")

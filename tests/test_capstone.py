@@ -374,6 +374,17 @@ def test_ablate_decides_from_the_interleaved_comparison_when_given():
     assert t.steps[1].decision == "dropped" and "within the noise (12%)" in t.steps[1].reason
 
 
+def test_ablate_drops_a_diverged_change_whose_rate_or_accuracy_is_nan():
+    # NaN compares false with everything: a change that diverged must be dropped, not kept as the final recipe
+    nan = float("nan")
+    t = course.ablate(fake_train({1: 100.0, 2: 400.0, 3: nan}, accuracy={2: nan}), {"b": 1},
+                      [course.Change("b2", {"b": 2}), course.Change("b3", {"b": 3})], apply=apply)
+    assert [s.decision for s in t.steps] == ["baseline", "dropped", "dropped"]
+    assert "diverged: its test accuracy is nan" in t.steps[1].reason
+    assert "diverged: its samples/s is nan" in t.steps[2].reason
+    assert t.final.label == "seed loop"
+
+
 def test_recipe_stepper_cycles_epochs_and_interleaved_gain_sees_a_faster_recipe(small):
     step = course.recipe_stepper(course.Recipe(batch_size=256, data="host"), small)
     assert [step() for _ in range(7)] == [256, 256, 128, 256, 256, 128, 256]      # 640 = 256 + 256 + 128

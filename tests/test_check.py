@@ -39,3 +39,17 @@ def test_per_label():
         per_label("items", {"c": 1}, ["a", "b"])
     with pytest.raises(ValueError, match="items for 'a'"):
         per_label("items", {"a": -1}, ["a"])
+
+
+def test_whole_numbers_from_numpy_are_whole_and_its_bools_are_not():
+    import numpy as np
+
+    from gpulab._check import whole
+
+    assert whole("steps", np.int64(3)) == 3 and type(whole("steps", np.int64(3))) is int
+    assert whole("warmup", np.uint8(0), low=0) == 0
+    for bad in (np.bool_(True), True, np.float64(3.0), 3.0):
+        with pytest.raises(TypeError, match="steps must be a whole number"):
+            whole("steps", bad)
+    with pytest.raises(ValueError, match="steps must be a whole number >= 1, got"):
+        whole("steps", np.int64(0))

@@ -404,3 +404,23 @@ def test_tuning_tells_a_single_config_from_the_interpreter():
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TRITON_INTERPRET", "0")
         assert gl.kernels.tuning(pruned).why == measure._PRUNED_WHY
+
+
+def test_check_kernel_refuses_what_is_not_numbers_and_compares_complex_with_complex():
+    import numpy as np
+    import torch
+
+    from gpulab.kernels import check_kernel
+
+    for bad in (None, "1.0", b"1", [object()]):
+        with pytest.raises(TypeError, match="actual must"):
+            check_kernel(bad, torch.ones(1))
+    with pytest.raises(TypeError, match="expected must"):
+        check_kernel(torch.ones(1), None)
+    z = torch.tensor([1 + 2j, 3 - 1j])
+    with pytest.raises(ValueError, match="actual is complex but expected is real"):
+        check_kernel(z, z.real)
+    assert check_kernel(z, z.clone()).ok
+    assert not check_kernel(z, z + 1j).ok                    # the imaginary parts are compared too
+    assert check_kernel(np.arange(3, dtype=np.int64), torch.arange(3.0)).ok
+    assert check_kernel(z.conj(), torch.tensor([1 - 2j, 3 + 1j])).ok

@@ -336,3 +336,15 @@ def test_cpu_ceilings_ignore_the_tf32_switch():
     with tf32_switched(matmul=True):
         assert gl.machine_limits("cpu", **kw) is first and first.fp32_tf32 is None
     gl.limits.forget_limits()
+
+
+def test_ceiling_for_ignores_rates_that_are_not_finite_and_refuses_a_ceiling_that_is_not():
+    import math
+
+    from gpulab.limits import ceiling_for
+
+    assert ceiling_for(100e9, [("diverged", math.nan), ("inf", math.inf), ("cnn", 50e9)]) == (100e9, None)
+    assert ceiling_for(100e9, [("nan", math.nan), ("mlp", 132e9)])[0] == 132e9
+    for bad in (math.nan, math.inf, 0.0, -1.0):
+        with pytest.raises(ValueError, match="ceiling must be a positive finite rate"):
+            ceiling_for(bad, [("mlp", 1e9)])

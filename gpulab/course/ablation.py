@@ -279,6 +279,10 @@ def _decide(current: AblationStep, got: AblationStep, floor: float | None, min_g
     else:
         gain = got.samples_per_s / current.samples_per_s
         noise, how = max(min_gain, (current.spread_pct or 0) / 100, (got.spread_pct or 0) / 100), ""
+    if not math.isfinite(gain) or (got.test_accuracy is not None and not math.isfinite(got.test_accuracy)):
+        # NaN compares false with everything: without this, a diverged change would pass every test below
+        what = "samples/s" if not math.isfinite(gain) else "test accuracy"
+        return False, gain, f"diverged: its {what} is {gain if what == 'samples/s' else got.test_accuracy}"
     if floor is not None and got.test_accuracy is not None and got.test_accuracy < floor:
         return False, gain, f"{gain:.2f}x{how}, but {got.test_accuracy:.1%} accurate, below the {floor:.1%} floor"
     if gain < 1 + noise:

@@ -58,17 +58,27 @@ class KernelCheck:
         return f'<span style="color:{colour}">{"&#10004;" if self.ok else "&#10008;"}</span> {escape(repr(self))}'
 
 
-def _as_float_tensor(x: Any, name: str) -> Any:
+def _as_float_tensor(x: Any, name: str) -> tuple[Any, bool]:
+    """``x`` as a float64 CPU tensor (a complex one as its real and imaginary parts, ``torch.view_as_real``) and
+    whether it was complex; anything that is not numbers (None, a text, objects) is refused."""
+    import numpy as np
     import torch
 
-    if isinstance(x, torch.Tensor):
-        return x.detach().to("cpu", torch.float64)
-    try:
-        import numpy as np
-
-        return torch.from_numpy(np.asarray(x, dtype=np.float64))
-    except (TypeError, ValueError) as e:
-        raise TypeError(f"{name} must be a tensor or an array, got {type(x).__name__}") from e
+    if x is None or isinstance(x, (str, bytes)):
+        raise TypeError(f"{name} must be a tensor or an array of numbers, got {type(x).__name__}: pass the kernel's "
+                        "output buffer (a kernel writes into it and returns None)")
+    if not isinstance(x, torch.Tensor):
+        try:
+            arr = np.asarray(x)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"{name} must be a tensor or an array, got {type(x).__name__}") from e
+        if arr.dtype.kind not in "biufc":
+            raise TypeError(f"{name} must hold numbers, got an array of {arr.dtype} ({type(x).__name__})")
+        x = torch.from_numpy(np.ascontiguousarray(arr))
+    x = x.detach().to("cpu")
+    if x.is_complex():
+        return torch.view_as_real(x.resolve_conj()).to(torch.float64), True
+    return x.to(torch.float64), False
 
 
 @checked(atol="pos0", rtol="pos0", label="name")
@@ -86,7 +96,10 @@ def check_kernel(actual: Any, expected: Any, *, atol: float = 1e-5, rtol: float 
     """
     if atol < 0 or rtol < 0 or not math.isfinite(atol + rtol):
         raise ValueError(f"atol and rtol must be finite and >= 0, got atol={atol!r}, rtol={rtol!r}")
-    a, e = _as_float_tensor(actual, "actual"), _as_float_tensor(expected, "expected")
+    (a, a_complex), (e, e_complex) = _as_float_tensor(actual, "actual"), _as_float_tensor(expected, "expected")
+    if a_complex != e_complex:
+        raise ValueError(f"{label}: actual is {'complex' if a_complex else 'real'} but expected is "
+                         f"{'complex' if e_complex else 'real'}: compare like with like (torch.view_as_real, .real)")
     if tuple(a.shape) != tuple(e.shape):
         raise ValueError(f"{label}: actual's shape {list(a.shape)} differs from expected's {list(e.shape)}: "
                          "check the grid and the output buffer")
