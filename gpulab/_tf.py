@@ -13,15 +13,32 @@ Example:
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import logging
 import sys
 from types import ModuleType
+from typing import Iterator
 
 # Log levels that keep TensorFlow and the PyTorch profiler (kineto: 6 = above ERROR and USDT) quiet; set only if unset.
 QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "3", "TF_ENABLE_ONEDNN_OPTS": "0", "KINETO_LOG_LEVEL": "6"}
 
-__all__ = ["preload_triton", "import_tensorflow", "QUIET_ENV"]
+__all__ = ["preload_triton", "import_tensorflow", "quiet_cpp_extension_log", "QUIET_ENV"]
 
+
+
+@contextlib.contextmanager
+def quiet_cpp_extension_log() -> Iterator[None]:
+    """Inside the block, ``torch.utils.cpp_extension``'s logger shows errors only: importing it (directly, or
+    through ``torch.utils.benchmark``) logs "No CUDA runtime is found" on machines without a GPU, which is
+    expected there. The logger's level is restored on exit."""
+    log = logging.getLogger("torch.utils.cpp_extension")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
 
 def preload_triton() -> bool:
     """Import Triton now if TensorFlow may be imported later in this process; True when Triton is loaded.

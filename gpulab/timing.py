@@ -404,15 +404,10 @@ def _gpu_clock_state(dev: str) -> dict[str, Any] | None:
 def _torch_timer() -> Any:
     """``torch.utils.benchmark.Timer``, imported without its "No CUDA runtime is found" log line
     (its C++ extension helper logs that on machines without a GPU; irrelevant to Python timing)."""
-    import logging
+    from ._tf import quiet_cpp_extension_log
 
-    log = logging.getLogger("torch.utils.cpp_extension")
-    level = log.level
-    log.setLevel(logging.ERROR)
-    try:
+    with quiet_cpp_extension_log():
         from torch.utils.benchmark import Timer
-    finally:
-        log.setLevel(level)
     return Timer
 
 

@@ -8,7 +8,6 @@ Example:
 """
 from __future__ import annotations
 
-import logging
 import os
 import re
 import shutil
@@ -18,6 +17,8 @@ import time
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Sequence
+
+from .._tf import quiet_cpp_extension_log
 
 __all__ = ["BuildSupport", "cuda_build_support", "Extension", "cpp_extension"]
 
@@ -77,13 +78,8 @@ def cuda_build_support() -> BuildSupport:
     if not torch.cuda.is_available():
         return BuildSupport(False, "no CUDA GPU here: CUDA kernels could be compiled but not run", None, None,
                             torch_cuda)
-    log = logging.getLogger("torch.utils.cpp_extension")
-    level = log.level
-    log.setLevel(logging.ERROR)
-    try:
+    with quiet_cpp_extension_log():
         from torch.utils.cpp_extension import CUDA_HOME
-    finally:
-        log.setLevel(level)
     nvcc = os.path.join(CUDA_HOME, "bin", "nvcc") if CUDA_HOME else None
     if not nvcc or not os.path.exists(nvcc):
         return BuildSupport(False, "no nvcc (the CUDA toolkit's compiler) found: install the CUDA toolkit of "
@@ -158,13 +154,8 @@ def cpp_extension(name: str, cpp_sources: str | Sequence[str], functions: Sequen
         raise ValueError(f"name must be a Python identifier (it becomes the module's name), got {name!r}")
     if not functions:
         raise ValueError("functions must name at least one C++ function to bind")
-    log = logging.getLogger("torch.utils.cpp_extension")
-    level = log.level
-    log.setLevel(logging.ERROR)   # its import warns "No CUDA runtime is found" on CPU-only machines: expected there
-    try:
+    with quiet_cpp_extension_log():
         from torch.utils import cpp_extension as ce
-    finally:
-        log.setLevel(level)
     _ensure_ninja()
     support = cuda_build_support() if cuda_sources else BuildSupport(False, "no CUDA source given")
     with_cuda = bool(cuda_sources) and support.ok
@@ -174,13 +165,10 @@ def cpp_extension(name: str, cpp_sources: str | Sequence[str], functions: Sequen
     if with_cuda:
         kwargs.update(name=f"{name}_cuda", cuda_sources=cuda_sources, functions=list(functions) + list(cuda_functions),
                       extra_cuda_cflags=["-O3"])
-    log.setLevel(logging.ERROR)
-    try:
+    with quiet_cpp_extension_log():
         t0 = time.perf_counter()
         module = ce.load_inline(**kwargs)
         build_s = time.perf_counter() - t0
-    finally:
-        log.setLevel(level)
     note = ("CUDA part built and bound" if with_cuda else
             f"C++ only: CUDA part skipped ({support.reason})" if cuda_sources else "C++ only")
     bound = tuple(kwargs["functions"])

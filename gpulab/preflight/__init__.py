@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -135,12 +136,13 @@ def check(root: str | Path | None = None, out: str | Path | None = "build/gpu-ch
         out_dir.mkdir(parents=True, exist_ok=True)
     if tests and course is not None:
         say(f"GPU conformance tests (tests/gpu, up to {tests_timeout_s:.0f} s) ...")
-        work = out_dir or Path(_tmpdir())
-        fig_file = work / "figures.jsonl"
-        fig_file.unlink(missing_ok=True)
-        test_rows, _ = run_tests(course / "tests" / "gpu", work, min(tests_timeout_s, budget_s), fig_file)
-        figures += [Figure(r.get("name", "?"), r.get("value"), r.get("unit", ""), r.get("datasheet"),
-                           r.get("test", ""), r.get("note", "")) for r in read_figures(fig_file)]
+        with tempfile.TemporaryDirectory(prefix="gpulab-check-") as scratch:     # out=None: nothing left behind
+            work = out_dir or Path(scratch)
+            fig_file = work / "figures.jsonl"
+            fig_file.unlink(missing_ok=True)
+            test_rows, _ = run_tests(course / "tests" / "gpu", work, min(tests_timeout_s, budget_s), fig_file)
+            figures += [Figure(r.get("name", "?"), r.get("value"), r.get("unit", ""), r.get("datasheet"),
+                               r.get("test", ""), r.get("note", "")) for r in read_figures(fig_file)]
         say(f"  {sum(o.status == 'passed' for o in test_rows)} passed, "
             f"{sum(o.status == 'skipped' for o in test_rows)} skipped, {sum(not o.ok for o in test_rows)} failed")
     nb_rows: list[Outcome] = []
@@ -169,8 +171,3 @@ def check(root: str | Path | None = None, out: str | Path | None = "build/gpu-ch
         report = replace(report, files=(str(md), str(js)))
     return report
 
-
-def _tmpdir() -> str:
-    import tempfile
-
-    return tempfile.mkdtemp(prefix="gpulab-check-")
