@@ -116,8 +116,15 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 
 def _monitor(interval: float, duration: float | None, csv: str | None) -> int:
-    """A terminal view like ``nvidia-smi dmon``: one line per device and sample."""
+    """A terminal view like ``nvidia-smi dmon``: one line per device and sample. ``csv`` is checked before
+    sampling starts (exit code 2 when it cannot be written); if writing it still fails at the end, the
+    samples go to a file in the temp folder instead, named on screen (exit code 1)."""
     from .telemetry import Monitor
+
+    problem = None if csv is None else _csv_problem(csv)
+    if problem:
+        print(f"gpulab monitor: --csv {csv}: {problem}", file=sys.stderr, flush=True)
+        return 2
 
     def line(rows: list[dict]) -> None:
         for r in rows:
@@ -142,21 +149,54 @@ def _monitor(interval: float, duration: float | None, csv: str | None) -> int:
         pass
     finally:
         trace = mon.stop()
+    code = 0
     if csv:
-        print(f"wrote {trace.to_csv(csv)} ({len(trace.frame)} rows)")
+        try:
+            print(f"wrote {trace.to_csv(csv)} ({len(trace.frame)} rows)")
+        except OSError as e:
+            import tempfile
+
+            fd, fallback = tempfile.mkstemp(prefix="gpulab-monitor-", suffix=".csv")
+            os.close(fd)
+            trace.to_csv(fallback)
+            print(f"could not write {csv} ({e.strerror or e}); saved the {len(trace.frame)} rows to {fallback}")
+            code = 1
     for n in trace.notes:
         print("note:", n)
-    return 0
+    return code
+
+
+def _csv_problem(csv: str) -> str | None:
+    """Why ``csv`` cannot take the samples (a folder, a missing folder, no write access), or None; a file made
+    to find out is removed again."""
+    from pathlib import Path
+
+    path = Path(csv).expanduser()
+    if path.is_dir():
+        return f"is a folder; name a file, such as {path / 'monitor.csv'}"
+    if not path.parent.is_dir():
+        return f"the folder {path.parent} does not exist: create it first, or choose another path"
+    existed = path.exists()
+    try:
+        with open(path, "a"):
+            pass
+    except OSError as e:
+        return f"cannot be written ({e.strerror or e}): choose another path"
+    if not existed:
+        path.unlink(missing_ok=True)
+    return None
 
 
 def _serve_uis(commands: Any) -> int:
     """Run MLflow's UI and TensorBoard (a :class:`gpulab.tracking.UICommands`) as child processes until Ctrl-C,
     SIGTERM or SIGHUP, or until one of them exits; then stop both. Each child leads its own process group, so
-    its helpers (uvicorn and its workers) stop with it: terminate, wait up to 10 s, then kill."""
+    its helpers (uvicorn and its workers) stop with it: terminate, wait up to 10 s, then kill. Each runs under
+    the launcher's lifeline, so both stop even when this process is killed outright (SIGKILL)."""
     import signal
     import subprocess
 
     from ._tf import QUIET_ENV
+    from .distributed._lifeline import command as lifeline
 
     commands.root.mkdir(parents=True, exist_ok=True)
     (commands.root / "tensorboard").mkdir(exist_ok=True)
@@ -169,7 +209,8 @@ def _serve_uis(commands: Any) -> int:
     code = 0
     try:
         for name, argv in (("MLflow", commands.mlflow_argv), ("TensorBoard", commands.tensorboard_argv)):
-            children.append((name, subprocess.Popen(argv, env=envs[name], stdin=subprocess.DEVNULL,
+            children.append((name, subprocess.Popen(lifeline(list(argv)), env=envs[name],
+                                                    stdin=subprocess.DEVNULL,
                                                     start_new_session=hasattr(os, "killpg"))))
         print(f"MLflow UI:   {commands.mlflow_url}\nTensorBoard: {commands.tensorboard_url}\n"
               f"runs in {commands.root}; both start in a few seconds. Ctrl-C stops both.", flush=True)

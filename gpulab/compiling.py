@@ -22,8 +22,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._check import checked, install_hint
+from ._check import checked, install_hint, path_arg, texts
 from ._format import fmt_number, fmt_seconds, html_table, text_table
+from .profiling.run import refuse_lazy_fn, refuse_lazy_result
 from .timing import Measurement
 
 __all__ = ["CompileReport", "Exported", "GraphBreaks", "OnnxModel", "compile_report", "compiled_graphs", "cuda_graph",
@@ -90,14 +91,17 @@ def graph_breaks(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> GraphBrea
         1
     """
     if not callable(fn):
-        raise TypeError(f"graph_breaks needs a callable, got {type(fn).__name__}")
+        raise TypeError(f"fn must be a callable (a function or a model) for graph_breaks, got {type(fn).__name__}")
+    refuse_lazy_fn(fn, "graph_breaks")
     import torch
 
     with _quiet(*_TORCH_LOGS):
         out = torch._dynamo.explain(fn)(*args, **kwargs)
     torch._dynamo.reset()
-    return GraphBreaks(int(out.graph_count), int(out.graph_break_count),
-                       tuple(_reason(r) for r in out.break_reasons), int(getattr(out, "op_count", 0) or 0))
+    graphs = max(0, int(out.graph_count))
+    # explain counts breaks as graphs - 1 where it traced none: a break count is never negative
+    return GraphBreaks(graphs, max(0, int(out.graph_break_count)), tuple(_reason(r) for r in out.break_reasons),
+                       int(getattr(out, "op_count", 0) or 0))
 
 
 def compiled_graphs() -> int:
@@ -150,6 +154,9 @@ def export(model: Any, *args: Any) -> Exported:
 
     import io
 
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module (torch.export exports modules), got "
+                        f"{type(model).__name__} {model!r:.40}")
     t0 = time.perf_counter()
     sink = io.StringIO()                      # a failing export prints the partial graph: the error says enough
     with _quiet(*_TORCH_LOGS), contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
@@ -280,11 +287,13 @@ def compile_report(fn: Callable[..., Any], *args: Any, label: str = "fn", backen
                          "max-autotune-no-cudagraphs")
     if mode is not None and backend != "inductor":
         raise ValueError(f"mode={mode!r} is an Inductor setting: use backend='inductor' or leave mode out")
+    refuse_lazy_fn(fn, "compile_report")
     import torch
 
     from .interleaved import benchmark_interleaved
     from .timing import synchronize
 
+    refuse_lazy_result(fn(*args), "compile_report")   # eager warm-up (lazy init), outside the first compiled call
     breaks = graph_breaks(fn, *args) if explain else None
     torch._dynamo.reset()
     try:
@@ -295,7 +304,6 @@ def compile_report(fn: Callable[..., Any], *args: Any, label: str = "fn", backen
                              f"'eager' or 'aot_eager' (torch._dynamo.list_backends() lists the rest)") from None
         raise
     record_calls = _cudagraph_record_calls(backend, mode) if _runs_on_cuda(fn, args, device) else 0
-    fn(*args)                                   # eager warm-up (lazy init) outside the first compiled call
     synchronize(device)
     code: list[str] = []
     start = compiled_graphs()
@@ -333,6 +341,7 @@ def cuda_graph(fn: Callable[..., Any], *static_inputs: Any, warmup: int = 3) -> 
     """
     if not callable(fn):
         raise TypeError(f"fn must be a callable, got {type(fn).__name__}")
+    refuse_lazy_fn(fn, "cuda_graph")
     import torch
 
     if not torch.cuda.is_available():
@@ -344,11 +353,12 @@ def cuda_graph(fn: Callable[..., Any], *static_inputs: Any, warmup: int = 3) -> 
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for _ in range(warmup):
-            fn(*static_inputs)
+            refuse_lazy_result(fn(*static_inputs), "cuda_graph")
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         static_output = fn(*static_inputs)
+    refuse_lazy_result(static_output, "cuda_graph")     # warmup=0: the capture is the first call
 
     def replay(*inputs: Any) -> Any:
         if len(inputs) != len(static_inputs):
@@ -421,19 +431,30 @@ def onnx_runtime(model: Any, *example_inputs: Any, path: str = "model.onnx",
         >>> torch.allclose(onnx(torch.ones(1, 4)), m(torch.ones(1, 4)), atol=1e-6)               # doctest: +SKIP
         True
     """
+    import os
+
+    path = os.fspath(path_arg("path", path))
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise ValueError(f"path {path!r}: its folder {folder} does not exist: create it, or choose another path")
+    if os.path.isdir(path):
+        raise ValueError(f"path {path!r} is a folder: name the .onnx file to write, like {path!r}/model.onnx")
+    if providers is not None:
+        providers = texts("providers", providers)
     ort = _onnx_packages()
     import torch
 
-    t0 = time.perf_counter()
-    with torch.no_grad():
-        torch.onnx.export(model, tuple(example_inputs), path, dynamo=True, verbose=False)
-    export_s = time.perf_counter() - t0
     available = ort.get_available_providers()
     wanted = list(providers) if providers else [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider")
                                                  if p in available]
     missing = [p for p in wanted if p not in available]
     if missing:
-        raise ValueError(f"ONNX Runtime here offers {available}, not {missing}: install onnxruntime-gpu for CUDA")
+        raise ValueError(f"providers: ONNX Runtime here offers {available}, not {missing}: install "
+                         "onnxruntime-gpu for CUDA")
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        torch.onnx.export(model, tuple(example_inputs), path, dynamo=True, verbose=False)
+    export_s = time.perf_counter() - t0
     options = ort.SessionOptions()
     # ONNX Runtime's worker threads spin after each run by default, taking cores from whatever runs next (the
     # eager model it is timed against): let them sleep

@@ -17,12 +17,13 @@ Example:
 from __future__ import annotations
 
 import math
+import numbers
 
 import functools
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from ._check import checked, nbytes as _nbytes, texts, whole
+from ._check import checked, nbytes as _nbytes, text, texts, whole
 from ._format import fmt_bytes, fmt_flops, fmt_rate, html_table, text_table
 from .timing import Env, Measurement, benchmark
 
@@ -52,15 +53,16 @@ def measure_matmul(n: int, dtype: str = "float32", device: Any = None, min_run_t
                    warmup: int = 2) -> Measurement:
     """Time an ``n x n`` by ``n x n`` matmul into a preallocated output (no allocation in the timed call);
     the Measurement carries ``flops = 2 n^3``; its ``min_s`` is the fastest run."""
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"n must be a positive whole number, got {n!r}")
+    n = whole("n", n)
     import torch
 
     from .system import device as pick_device
 
     dev = pick_device() if device is None else torch.device(device)
-    a = torch.randn(n, n, device=dev).to(_torch_dtype(dtype))
-    b = torch.randn(n, n, device=dev).to(_torch_dtype(dtype))
+    tdtype = _torch_dtype(dtype)
+    noise = torch.Generator(device=dev).manual_seed(0)       # the caller's global generator stays untouched
+    a = torch.randn(n, n, device=dev, generator=noise).to(tdtype)
+    b = torch.randn(n, n, device=dev, generator=noise).to(tdtype)
     c = torch.empty(n, n, device=dev, dtype=a.dtype)
     return benchmark(functools.partial(torch.mm, out=c), a, b, label=f"matmul {n} {dtype}", flops=2 * n**3, device=dev,
                      min_run_time=min_run_time, warmup=warmup, warn_noisy=False)
@@ -69,8 +71,7 @@ def measure_matmul(n: int, dtype: str = "float32", device: Any = None, min_run_t
 @checked(device="device", min_run_time="pos", warmup="count0")
 def measure_bandwidth(nbytes: int, device: Any = None, min_run_time: float = 0.5, warmup: int = 2) -> Measurement:
     """Time copying ``nbytes`` from one buffer to another; ``bytes_moved`` counts read + write (2 x nbytes)."""
-    if not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes < 4096:
-        raise ValueError(f"nbytes must be a whole number >= 4096, got {nbytes!r}")
+    nbytes = whole("nbytes", nbytes, low=4096)
     import torch
 
     from .system import device as pick_device
@@ -295,19 +296,40 @@ def ceiling_for(ceiling: float | None, rates: Iterable[tuple[str, float | None]]
         >>> ceiling_for(100e9, [("cnn", 50e9)])
         (100000000000.0, None)
     """
+    unit = text("unit", unit, empty=False)
+    if measured_by is not None:
+        text("measured_by", measured_by)
+    rows = _rates(rates)
     if ceiling is None:
         return None, None
-    if not math.isfinite(ceiling) or ceiling <= 0:
+    if isinstance(ceiling, bool) or not isinstance(ceiling, numbers.Real) or not math.isfinite(ceiling) or ceiling <= 0:
         raise ValueError(f"ceiling must be a positive finite rate in {unit}, got {ceiling!r}: measure it with "
                          "gl.machine_limits()")
     # a NaN or infinite rate (a diverged or failed run) says nothing about the machine: it never raises the ceiling
-    best = max(((label, r) for label, r in rates if r is not None and math.isfinite(r)), key=lambda x: x[1],
+    best = max(((label, r) for label, r in rows if r is not None and math.isfinite(r)), key=lambda x: x[1],
                default=None)
     if best is None or best[1] <= ceiling:
         return ceiling, None
     by = measured_by or ("the matmul benchmark" if "FLOP" in unit else "the copy benchmark")
     return float(best[1]), (f"ceiling raised from the measured {fmt_rate(ceiling, unit)} to {fmt_rate(best[1], unit)}: "
                             f"{best[0]!r} ran faster than {by}")
+
+
+def _rates(rates: Any) -> list[tuple[str, float | None]]:
+    """``rates`` checked: (label, rate) pairs, each rate a number >= 0 (NaN allowed: a diverged run) or None."""
+    if isinstance(rates, (str, bytes)) or not isinstance(rates, Iterable):
+        raise TypeError(f"rates must be (label, rate) pairs, like [('mlp', 1.2e11)], got {rates!r}")
+    rows = []
+    for row in rates:
+        if not isinstance(row, (tuple, list)) or len(row) != 2:
+            raise TypeError(f"rates must be (label, rate) pairs, like [('mlp', 1.2e11)], got the entry {row!r}")
+        label, rate = row
+        if rate is not None and (isinstance(rate, bool) or not isinstance(rate, numbers.Real)):
+            raise TypeError(f"rates: the rate of {label!r} must be a number or None, got {rate!r}")
+        if rate is not None and rate < 0:
+            raise ValueError(f"rates: the rate of {label!r} must be >= 0, got {rate!r}")
+        rows.append((label, None if rate is None else float(rate)))
+    return rows
 
 
 # ----------------------------------------------------------------------------------------------
@@ -384,7 +406,8 @@ def step_matmul_ceiling(step: Any, *args: Any, min_run_time: float = 0.3, **kwar
         # the same layout on its own storage (expanded, stride-0 arguments included), filled with noise
         shape, stride, dtype, dev = spec
         size = 1 + sum((n - 1) * st for n, st in zip(shape, stride) if n > 0)
-        return torch.randn(size, dtype=dtype, device=dev).as_strided(shape, stride)
+        noise = torch.Generator(device=dev).manual_seed(size)  # the caller's global generator stays untouched
+        return torch.randn(size, dtype=dtype, device=dev, generator=noise).as_strided(shape, stride)
 
     with Recorder():
         step(*args, **kwargs)

@@ -5,7 +5,11 @@ Each attempt is classified:
   names the parameter (or quotes the bad text);
 - ``obscure``: another exception, or a message that names neither;
 - ``silent``: the call returned, as if the value made sense;
-- ``hang``: the call ran past its time limit.
+- ``hang``: the call ran past its time limit;
+- ``leak``: whatever the call raised, it left global state changed: an environment variable, a logger's level,
+  the warnings filters, a global random number generator, one of torch's process-wide switches, the working
+  folder, a thread or a child process still running (``tests/globalstate.py`` takes the snapshots);
+- ``loss``: it changed or removed data it was not asked to write (a logged run's store, a file of the user's).
 
 ``python tests/badinput.py`` prints the counts and every attempt that was not clear; ``tests/test_bad_input_sweep.py``
 asserts them. A new public function needs an entry in ``CASES`` (a test checks that every name of
@@ -21,6 +25,7 @@ import signal
 import sys
 import time
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 nan, inf = math.nan, math.inf
@@ -68,6 +73,7 @@ class Case:
     bad: Mapping[str, str | Sequence[Any]]
     limit_s: float = 20.0
     gpu_only: bool = False      # without a CUDA GPU the valid call raises a RuntimeError saying a GPU is needed
+    allow: tuple[str, ...] = ()  # global state the call changes on purpose (globalstate.leaks' kinds)
 
 
 @dataclass(frozen=True)
@@ -75,8 +81,20 @@ class Attempt:
     case: str
     param: str
     value: Any
-    outcome: str            # clear | obscure | silent | hang
+    outcome: str            # clear | obscure | silent | hang | leak | loss
     detail: str = ""
+
+
+OUTCOMES = ("clear", "obscure", "silent", "hang", "leak", "loss")
+
+# the modules a sweep reports one by one: a case belongs to the first group whose prefix its name starts with
+GROUPS = {"tracking": ("tracking.", "Run."), "compiling": ("compiling.",), "kernels": ("kernels.",),
+          "limits": ("limits.", "machine_limits", "MachineLimits."), "streams": ("streams.",),
+          "profile": ("profile", "compare_profiles", "phase"), "capstone": ("capstone.",)}
+
+
+def group(case: str) -> str:
+    return next((g for g, prefixes in GROUPS.items() if case.startswith(prefixes)), "other")
 
 
 @dataclass(frozen=True)
@@ -85,17 +103,34 @@ class Sweep:
     cases: int
     seconds: float
 
-    def count(self, outcome: str) -> int:
-        return sum(a.outcome == outcome for a in self.attempts)
+    def count(self, outcome: str, group_: str | None = None) -> int:
+        return sum(a.outcome == outcome and (group_ is None or group(a.case) == group_) for a in self.attempts)
+
+    def by_group(self) -> dict[str, dict[str, int]]:
+        """``{module group: {outcome: count}}``, the groups of :data:`GROUPS` then "other"."""
+        out: dict[str, dict[str, int]] = {}
+        for g in [*GROUPS, "other"]:
+            counts = {o: self.count(o, g) for o in OUTCOMES}
+            if sum(counts.values()):
+                out[g] = counts
+        return out
 
     def __repr__(self) -> str:
         n = len(self.attempts)
         head = (f"{n} bad inputs against {self.cases} public calls in {self.seconds:.0f} s: "
                 f"{self.count('clear')} clear ({100 * self.count('clear') / max(n, 1):.1f}%), "
-                f"{self.count('obscure')} obscure, {self.count('silent')} silent, {self.count('hang')} hung")
-        rest = [f"  {a.outcome:8s} {a.case}({a.param}={a.value!r}): {a.detail}" for a in self.attempts
+                f"{self.count('obscure')} obscure, {self.count('silent')} silent, {self.count('hang')} hung, "
+                f"{self.count('leak')} leaked, {self.count('loss')} lost data")
+        table = [f"  {'':10s}" + "".join(f"{o:>9s}" for o in OUTCOMES)]
+        table += [f"  {g:10s}" + "".join(f"{c[o]:9d}" for o in OUTCOMES) for g, c in self.by_group().items()]
+        rest = [f"  {a.outcome:8s} {a.case}({a.param}={_short(a.value)}): {a.detail}" for a in self.attempts
                 if a.outcome != "clear"]
-        return "\n".join([head, *rest])
+        return "\n".join([head, *table, *rest])
+
+
+def _short(value: Any) -> str:
+    text = getattr(value, "__name__", None) or repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 class _Hung(BaseException):
@@ -121,11 +156,14 @@ def _time_limit(seconds: float) -> Iterator[None]:
 
 
 def _names(exc: BaseException, param: str, value: Any) -> bool:
+    """Whether the message names the parameter, quotes the bad text, or names the bad entry of a mapping."""
     text = str(exc)
     if param in text:
         return True
     texts = [value] if isinstance(value, str) else [v for v in value if isinstance(v, str)] \
         if isinstance(value, (list, tuple)) else []
+    if isinstance(value, Mapping):         # {"loss": nan} refused as "metric 'loss' must be finite" names the entry
+        return any(repr(k) in text for k in value) or (not value and param.rstrip("s") in text)
     return any(len(v) >= 3 and repr(v) in text for v in texts)
 
 
@@ -135,6 +173,33 @@ def _clear_types() -> tuple[type[BaseException], ...]:
 
 
 def attempt(case: Case, param: str, value: Any) -> Attempt:
+    """One bad value, classified; a leak or a loss outranks how the value was refused."""
+    import globalstate
+
+    before = globalstate.snapshot(guard())
+    result = _attempt(case, param, value)
+    lost = globalstate.losses(before)
+    if lost:
+        return Attempt(case.name, param, value, "loss", "; ".join(lost)[:300])
+    left = globalstate.leaks(before, allow=case.allow)
+    if left:
+        _reap(before)
+        return Attempt(case.name, param, value, "leak", "; ".join(left)[:300])
+    return result
+
+
+def _reap(before: Any) -> None:
+    """Stop child processes a leaking call left, so they do not count against the next call."""
+    import psutil
+
+    import globalstate
+
+    for pid in globalstate._children() - before.children:
+        with contextlib.suppress(psutil.Error):
+            psutil.Process(pid).kill()
+
+
+def _attempt(case: Case, param: str, value: Any) -> Attempt:
     kwargs = {**case.good, param: value}
     try:
         with _time_limit(case.limit_s):
@@ -174,10 +239,39 @@ def check_good(case: Case) -> str | None:
     return None
 
 
+def check_state(case: Case) -> tuple[str | None, list[str]]:
+    """``case``'s valid call, run once: why it fails (None when it works), and what it left changed (global
+    state, guarded data; empty when nothing)."""
+    import globalstate
+
+    before = globalstate.snapshot(guard())
+    why = check_good(case)
+    found = [f"{case.name}: lost {x}" for x in globalstate.losses(before)]
+    found += [f"{case.name}: {x}" for x in globalstate.leaks(before, allow=case.allow)]
+    if found:
+        _reap(before)
+    return why, found
+
+
+@functools.lru_cache(maxsize=None)
+def guard() -> tuple[str, ...]:
+    """Data no call of the sweep may change: a logged run's whole store, and a file of the user's."""
+    precious = _tmp_root() + "/precious/notes.txt"
+    import os
+    os.makedirs(os.path.dirname(precious), exist_ok=True)
+    with open(precious, "w") as f:
+        f.write("a learner's notes\n")
+    return (_tracked_root(), precious)
+
+
 def sweep(cases: Sequence[Case] | None = None, *, only: str | None = None) -> Sweep:
+    import globalstate
+
     cases = cases_() if cases is None else cases
     if only:
         cases = [c for c in cases if only in c.name]
+    globalstate.preimport()
+    guard()
     t0 = time.perf_counter()
     out = [attempt(c, p, v) for c in cases for p, spec in c.bad.items() for v in bad_values(spec)]
     return Sweep(tuple(out), len(cases), time.perf_counter() - t0)
@@ -249,12 +343,17 @@ def cases_() -> list[Case]:  # noqa: PLR0915 - one table
     import gpulab as gl
     from gpulab import compiling, data, distributed, kernels, limits, memory, preflight, profiling, roofline, streams
     from gpulab import timing, tracking, transfer
+    from gpulab import course
+    from gpulab.course.ablation import accuracy_floor
+    capstone = SimpleNamespace(accuracy_floor=accuracy_floor, **{n: getattr(course, n) for n in (   # lesson 12's calls
+        "Recipe", "train_recipe", "recipe_stepper", "digits_on_disk", "Change", "ablate")})
 
     f = fx
     C = Case
     return [
         # set-up and diagnosis
-        C("setup", gl.setup, {}, {"seed": [-1, 2.5, "0", True], "quiet": "flag"}),
+        C("setup", gl.setup, {}, {"seed": [-1, 2.5, "0", True], "quiet": "flag"},
+          allow=("env", "rng")),      # its purpose: seeds every generator, sets the quiet-log variables for the session
         C("by_device", gl.by_device, {"cpu": 1, "cuda": 2}, {"mps": ["x"]}),
         C("device", gl.device, {}, {"prefer": ["tpu", "cuda:7", 3, "cuda"] if not _has_cuda() else ["tpu", 3]}),
         C("system_info", gl.system_info, {}, {"frameworks": [3, "torch", ["jax"]]}),
@@ -425,12 +524,100 @@ def cases_() -> list[Case]:  # noqa: PLR0915 - one table
           {"a": [3, (1,)], "b": [3, (1,)], "names": [3, ("a",)], "atol": "pos0"}),
     ] + ([] if importlib.util.find_spec("mlflow") is None else [       # the lean compat venv has no MLflow
         C("tracking.track", _ctx(tracking.track), {"name": "r", "root": _tmp_root(), "mlflow": False},
-          {"name": [3, ""], "params": [3, ["a"]], "experiment": [3, ""], "root": "path", "tensorboard": "flag",
-           "mlflow": "flag", "tags": [3, {"a": 1}]}),
-        C("tracking.runs", tracking.runs, {"root": _tracked_root()}, {"experiment": [3, ""], "root": "path"}),
+          {"name": [3, "", "  "], "params": [3, ["a"], {"lr": [0.1]}, {"/lr": 1}], "experiment": [3, ""],
+           "root": [*KINDS["path"], _a_file()], "tensorboard": "flag", "mlflow": "flag",
+           "tags": [3, {"a": 1}, {"gpulab.trace": "1"}, {"mlflow.user": "x"}]}),
+        C("tracking.track(mlflow)", _ctx(tracking.track), {"name": "r", "root": _tmp_root() + "/runs"},
+          {"root": [*KINDS["path"], _a_file(), _not_a_store(), _folder_store()], "tags": [{"gpulab.tensorboard_dir": "x"}]}),
+        C("tracking.runs", tracking.runs, {"root": _tracked_root()},
+          {"experiment": [3, "", "zzz"], "root": [*KINDS["path"], _tmp_root() + "/no-runs-here", _not_a_store(), _folder_store()]}),
+        C("tracking.load_trace", tracking.load_trace, {"run": "r", "root": _tracked_root()},
+          {"run": [3, "", "no-such-run", None], "root": [*KINDS["path"], _tmp_root() + "/no-runs-here", _not_a_store(), _folder_store()],
+           "experiment": [3, "", "zzz"]}),
+        C("Run.log_metrics", _run_call("log_metrics"), {"metrics": {"loss": 1.0}, "step": 0},
+          {"metrics": [3, ["loss"], {"loss": nan}, {"loss": inf}, {"loss": "1"}, {3: 1.0}, {"": 1.0}, {"loss": None}],
+           "step": "count0"}),
+        C("Run.log_params", _run_call("log_params"), {"params": {"lr": 0.1}},
+          {"params": [3, ["lr"], {"lr": [1]}, {"/lr": 1}, {"": 1}, {"big": "x" * 7000}]}),
+        C("Run.log_trace", _run_call("log_trace"), {"trace": f()["trace"]}, {"trace": [3, "trace", None]}),
+        C("Run.log_text", _run_call("log_text"), {"filename": "notes/a.txt", "text": "hi"},
+          {"filename": [3, "", "/abs.txt", "../up.txt", "dir/"], "text": [3, None]}),
+        C("Run.log_figure", _run_call("log_figure"), {"fig": _figure(), "filename": "f.png"},
+          {"fig": [3, "fig", None], "filename": [3, "f.bmp", "../f.png", ""]}),
     ]) + [
         C("tracking.ui_commands", tracking.ui_commands, {"root": _tmp_root()},
           {"root": "path", "mlflow_port": [0, -1, 70000, "5000", 2.5], "tensorboard_port": [0, -1, 70000, "6006"]}),
+        # compiling
+        C("compiling.graph_breaks", compiling.graph_breaks, {"fn": _add_one},
+          {"fn": [3, "fn", None, _generator_fn, _async_fn]}, limit_s=60),
+        C("compiling.compile_report(fn)", lambda **k: compiling.compile_report(**k, min_run_time=0.02),
+          {"fn": _add_one}, {"fn": [_generator_fn, _async_fn]}, limit_s=60),
+        C("compiling.export", lambda model: compiling.export(model, _batch()[0]), {"model": _linear()},
+          {"model": [3, "model", None]}, limit_s=60),
+        C("compiling.onnx_runtime", lambda **k: compiling.onnx_runtime(_linear().eval(), _batch()[0], **k),
+          {"path": _tmp_root() + "/m.onnx"},
+          {"path": [3, "", _tmp_root() + "/no/such/folder/m.onnx"], "providers": [3, "CPUExecutionProvider",
+                                                                                  ["NoSuchProvider"], [3]]},
+          limit_s=60),
+        # kernels
+        C("kernels.check_kernel(expected)", kernels.check_kernel, {"actual": f()["x"], "expected": f()["x"]},
+          {"expected": [3, "x", None, [[1, 2]]], "actual": [None, _object_array()]}),
+        C("kernels.traffic", lambda **k: kernels.traffic(**k), {"fn": f()["mm"]},
+          {"fn": "fn", "kernels": [3, [3], "k"], "label": [3, ["a"]]}),
+        C("kernels.autotune", kernels.autotune, {"configs": _configs(), "key": ["n"], "backend": _triton_cpu()},
+          {"configs": [3, [], [3], "BLOCK"], "key": [3, "n", [3]], "backend": [3, "triton9"]}),
+        C("kernels.tuning", kernels.tuning, {"kernel": _tuned()}, {"kernel": [3, "k", None, _add_one]}),
+        C("kernels.triton_backend", kernels.triton_backend, {}, {"device": "device"}, allow=("env",)),   # *_INTERPRET
+        C("kernels.numba_backend", kernels.numba_backend, {}, {"device": "device"}, allow=("env",)),    # on a CPU
+        C("kernels.KernelWork", kernels.KernelWork, {"label": "k", "flops": 1e6, "bytes_moved": 1e6},
+          {"label": [3, ""], "flops": "pos0", "bytes_moved": "pos0", "measurement": [3, "m"]}),
+        C("kernels.kernel_roofline(limits)", kernels.kernel_roofline, {"kernels": [kernels.KernelWork("k", 1e6, 1e6)]},
+          {"limits": [3, "cpu"]}),
+        C("kernels.cpp_extension", kernels.cpp_extension,
+          {"name": "gpulab_sweep_ext", "cpp_sources": _CPP, "functions": ["twice"]},
+          {"name": [3, "", "not a name"], "cpp_sources": [3, [3], None], "functions": [3, "twice", [3], [], ["nope"]],
+           "cuda_sources": [3, [3]], "cuda_functions": [3, "g", [3]], "extra_cflags": [3, "-O3", [3]],
+           "verbose": "flag"}, limit_s=240),
+        # limits
+        C("limits.ceiling_for", limits.ceiling_for, {"ceiling": 1e12, "rates": [("a", 1e11)]},
+          {"ceiling": [0, -1.0, nan, inf, "1"], "rates": [3, [3], [("a", "x")], [("a", -1.0)], "a"],
+           "unit": [3, ""], "measured_by": [3]}),
+        # streams
+        C("streams.StreamTask", streams.StreamTask, {"name": "k", "stream": "s", "kind": "kernel"},
+          {"name": [3, ""], "stream": [3, ""], "kind": ["nonsense", 3], "fn": [3, "fn"], "bytes_moved": [-1, 1.5, "1", nan],
+           "flops": [-1, nan, inf, "1"]}),
+        # profiling
+        C("profile(generator)", gl.profile, {"fn": f()["mm"], "steps": 1, "trace": False, "count_work": False},
+          {"fn": [_generator_fn, _async_fn, _makes_generator, _on_meta]}),
+        # the capstone
+        C("capstone.Recipe", capstone.Recipe, {},
+          {"batch_size": "count", "lr": "pos", "data": "choice", "workers": "count0", "pin_memory": "flag",
+           "precision": ["fp8", 3], "tf32": "flag", "optimizer": "choice", "compile": "flag", "cuda_graphs": "flag",
+           "log_every": "count", "schedule": "choice"}),
+        C("capstone.train_recipe", capstone.train_recipe,
+          {"recipe": capstone.Recipe(batch_size=64), "data": _digits(), "epochs": 1},
+          {"recipe": [3, "fp32", {"batch_size": 64}], "data": [3, None, "digits"], "epochs": "count",
+           "device": "device", "seed": [-1, 2.5, "0", nan], "run": [3, "run"], "disk_root": "path"}, limit_s=60),
+        C("capstone.recipe_stepper", capstone.recipe_stepper, {"recipe": capstone.Recipe(batch_size=64),
+                                                               "data": _digits()},
+          {"recipe": [3, "fp32"], "data": [3, None], "device": "device", "seed": [-1, 2.5, "0", nan]}),
+        C("capstone.digits_on_disk", capstone.digits_on_disk, {"d": _digits(), "root": _tmp_root() + "/digits"},
+          {"d": [3, None, "digits"], "root": "path"}, limit_s=60),
+        C("capstone.Change", capstone.Change, {"label": "b2", "fields": {"b": 2}},
+          {"label": [3, ""], "fields": [3, "x", ["b"]], "why": [3], "available": "flag", "why_not": [3],
+           "branch": "flag"}),
+        C("capstone.ablate", capstone.ablate,
+          {"train": _fake_train, "baseline": {"b": 1}, "changes": [capstone.Change("b2", {"b": 2})], "apply": _apply},
+          {"train": "fn", "baseline": [None], "changes": [3, [3], "b2"], "apply": "fn", "describe": "fn",
+           "params": "fn", "ceiling": "fn", "baseline_label": "text", "title": "text",
+           "accuracy_tolerance": [-0.1, 1.0, nan, "0.01"], "min_gain": [-0.1, 1.0, nan, "0.05"], "track": [3, "x"],
+           "monitor_interval": [-1.0, nan, inf, "1"], "device": [3], "epochs": [0, -1, 2.5, "3"], "compare": [3, "fn"],
+           "rerun": [3, "fn"], "accuracy_seeds": [-1, 2.5, "2"]}),
+        C("capstone.ablate(results)", capstone.ablate,
+          {"train": _fake_train, "baseline": {"b": 1}, "changes": [capstone.Change("b2", {"b": 2})], "apply": _apply},
+          {"train": [_none_train, _text_train]}),
+        C("capstone.accuracy_floor", capstone.accuracy_floor, {"accuracies": [0.9, 0.91], "tolerance": 0.01},
+          {"accuracies": [3, [], [nan], ["a"], [1.5], [-0.1]], "tolerance": [-0.1, 1.5, nan, "0.1"]}),
     ]
 
 
@@ -443,8 +630,10 @@ def _has_cuda() -> bool:
 
 
 def _linear() -> Any:
+    """A small model, made without drawing from the global random number generator (the sweep watches it)."""
     import torch
-    return torch.nn.Linear(4, 2)
+    with torch.random.fork_rng(devices=[]):
+        return torch.nn.Linear(4, 2)
 
 
 def _batch_n(n: int) -> Any:
@@ -468,12 +657,133 @@ def _task() -> Any:
 
 @functools.lru_cache(maxsize=None)
 def _tracked_root() -> str:
-    """A runs folder with one logged MLflow run (``tracking.runs`` reads an existing store)."""
+    """A runs folder with one logged MLflow run and its trace (``tracking.runs`` and ``load_trace`` read it)."""
     from gpulab import tracking
     root = _tmp_root() + "/tracked"
     with tracking.track("r", root=root, tensorboard=False) as run:
         run.log_metrics({"x": 1.0}, step=0)
+        run.log_trace(fx()["trace"])
     return root
+
+
+def _run_call(method: str) -> Callable[..., Any]:
+    """A method of a run being logged (MLflow and TensorBoard), called inside its ``with`` block."""
+    def call(**kw: Any) -> Any:
+        from gpulab import tracking
+        with tracking.track("sweep", root=_tmp_root() + "/runs") as run:
+            getattr(run, method)(**kw)
+    return call
+
+
+@functools.lru_cache(maxsize=None)
+def _a_file() -> str:
+    """A file where a folder is expected."""
+    path = _tmp_root() + "/a-file"
+    with open(path, "w") as f:
+        f.write("not a folder\n")
+    return path
+
+
+@functools.lru_cache(maxsize=None)
+def _not_a_store() -> str:
+    """A runs folder whose mlflow.db is not a database."""
+    import os
+    root = _tmp_root() + "/not-a-store"
+    os.makedirs(root, exist_ok=True)
+    with open(root + "/mlflow.db", "wb") as f:
+        f.write(b"these are not the tables you are looking for" * 100)
+    return root
+
+
+@functools.lru_cache(maxsize=None)
+def _folder_store() -> str:
+    """A runs folder whose mlflow.db is a folder."""
+    import os
+    root = _tmp_root() + "/folder-store"
+    os.makedirs(root + "/mlflow.db", exist_ok=True)
+    return root
+
+
+@functools.lru_cache(maxsize=None)
+def _figure() -> Any:
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(2, 2))
+    fig.add_subplot().plot([0, 1], [0, 1])
+    return fig
+
+
+@functools.lru_cache(maxsize=None)
+def _digits() -> Any:
+    from gpulab import course
+    return course.digits(n_train=256, n_test=64, download=False)
+
+
+def _add_one(x: Any = None) -> Any:
+    import torch
+    return (torch.ones(4) if x is None else x) + 1
+
+
+def _generator_fn() -> Any:
+    yield _add_one()
+
+
+async def _async_fn() -> Any:
+    return _add_one()
+
+
+def _on_meta() -> Any:
+    """Work on the meta device: shapes only, nothing computed."""
+    import torch
+    return torch.ones(64, 64, device="meta") @ torch.ones(64, 64, device="meta")
+
+
+def _makes_generator() -> Any:
+    return (_add_one() for _ in range(2))
+
+
+def _object_array() -> Any:
+    import numpy as np
+    return np.array([object(), object()], dtype=object)
+
+
+def _configs() -> list[Any]:
+    _triton_cpu()                                   # on a CPU, Triton's interpreter is chosen before triton imports
+    import triton
+    return [triton.Config({"BLOCK": 64}), triton.Config({"BLOCK": 128})]
+
+
+@functools.lru_cache(maxsize=None)
+def _triton_cpu() -> Any:
+    from gpulab import kernels
+    return kernels.triton_backend("cpu")
+
+
+@functools.lru_cache(maxsize=None)
+def _tuned() -> Any:
+    """A kernel under gl.kernels.autotune (Triton's interpreter on a CPU): ``tuning`` reads its choice."""
+    from gpulab import kernels
+    return kernels.autotune(_configs(), key=["n"], backend=_triton_cpu())(_add_one)
+
+
+_CPP = "torch::Tensor twice(torch::Tensor x) { return x * 2; }"
+
+
+def _fake_train(recipe: Any, run: Any) -> Any:
+    b = recipe["b"]
+    return SimpleNamespace(samples_per_s=100.0 * b, spread_pct=1.0, test_accuracy=0.9, peak_memory_bytes=1000 * b,
+                           flops_per_sample=1e6)
+
+
+def _none_train(recipe: Any, run: Any) -> Any:
+    return None
+
+
+def _text_train(recipe: Any, run: Any) -> Any:
+    return "fast"
+
+
+def _apply(recipe: Any, fields: Any) -> Any:
+    return {**recipe, **fields}
 
 
 @functools.lru_cache(maxsize=None)
@@ -484,6 +794,9 @@ def _tmp_root() -> str:
 
 if __name__ == "__main__":
     import os
+    import shutil
+    if shutil.which("nvidia-smi") is None:          # as tests/conftest.py: Triton's interpreter, chosen before import
+        os.environ.setdefault("TRITON_INTERPRET", "1")
     os.chdir(_tmp_root())
     only = sys.argv[1] if len(sys.argv) > 1 else None
     for c in cases_():

@@ -35,9 +35,45 @@ def test_every_method_of_the_results_is_in_the_sweep():
         assert methods - swept == set(), cls.__name__
 
 
-def test_each_valid_call_of_the_sweep_works():
-    """A bad value is only refused for the right reason when the same call with good values works."""
-    assert [why for c in badinput.cases_() if (why := badinput.check_good(c))] == []
+def test_each_valid_call_of_the_sweep_works_and_leaves_the_process_as_it_found_it(tmp_path, monkeypatch):
+    """A bad value is only refused for the right reason when the same call with good values works; and a gpulab
+    call leaves no global state changed (environment, loggers, warnings filters, random generators, torch's
+    switches, threads, child processes) and no data of the user's touched (tests/globalstate.py)."""
+    import globalstate
+
+    monkeypatch.chdir(tmp_path)
+    globalstate.preimport()
+    failed, leaked = [], []
+    for case in badinput.cases_():
+        why, left = badinput.check_state(case)
+        failed += [why] if why else []
+        leaked += left
+    assert failed == []
+    assert leaked == []
+
+
+# the modules whose every public call is swept, beyond gpulab's face
+MODULES = ("tracking", "compiling", "kernels", "limits", "streams", "profiling", "course.capstone", "course.ablation")
+NOT_CALLS = {"compiled_graphs", "forget_limits", "cuda_build_support", "seed_model",   # no arguments to get wrong
+             "TrackedRun", "RunTable", "UICommands", "CompileReport", "Exported", "GraphBreaks", "OnnxModel",
+             "KernelBackend", "KernelCheck", "Traffic", "Tuning", "KernelPoint", "KernelRoofline", "BuildSupport",
+             "Extension", "MachineLimits", "StepMatmuls", "Span", "StreamTimeline", "ProfileSummary", "OpStat",
+             "DeviceCheck", "ProfileComparison", "StepRoofline", "NsightCommands", "TFProfile", "RecipeRun",
+             "AblationStep", "Ablation",                                         # results, made by the calls
+             "check_device_events", "diagnose_profile", "step_roofline",         # fed by gl.profile's own results
+             "nvtx_capture", "tf_profile", "Run"}                                # swept as track() and Run.<method>
+
+
+def test_every_public_call_of_the_newer_modules_is_in_the_sweep():
+    import importlib
+
+    swept = {c.name.split("(")[0].rsplit(".", 1)[-1] for c in badinput.cases_()}
+    missing = {}
+    for name in MODULES:
+        mod = importlib.import_module(f"gpulab.{name}")
+        calls = {n for n in mod.__all__ if callable(getattr(mod, n)) and n not in NOT_CALLS}
+        missing[name] = sorted(calls - swept)
+    assert {k: v for k, v in missing.items() if v} == {}
 
 
 @pytest.mark.slow
@@ -49,4 +85,6 @@ def test_bad_input_is_refused_clearly(tmp_path, monkeypatch):
     assert n >= 400 and result.cases >= 80
     assert result.count("hang") == 0, result
     assert result.count("silent") == 0, result
+    assert result.count("leak") == 0, result
+    assert result.count("loss") == 0, result
     assert result.count("clear") / n >= 0.99, result

@@ -2,9 +2,11 @@
 ONNX Runtime, and one-off costs with break-even in comparison tables."""
 from __future__ import annotations
 
+import gc
 import inspect
 import time
 import types
+import warnings
 
 import pytest
 import torch
@@ -74,8 +76,8 @@ def test_fake_cuda_graph_api_matches_the_real_one():
     assert callable(torch.cuda.stream) and callable(torch.cuda.current_stream)
 
 
-def test_cuda_graph_capture_and_replay_with_a_fake(monkeypatch):
-    calls = []
+def _fake_cuda(monkeypatch, calls):
+    """torch.cuda replaced by the parts cuda_graph uses, recording what is called."""
 
     class Stream:
         def wait_stream(self, other):
@@ -108,6 +110,11 @@ def test_cuda_graph_capture_and_replay_with_a_fake(monkeypatch):
     fake = types.SimpleNamespace(is_available=lambda: True, Stream=Stream, CUDAGraph=Graph, graph=capture,
                                  stream=side, current_stream=Stream)
     monkeypatch.setattr(torch, "cuda", fake)
+
+
+def test_cuda_graph_capture_and_replay_with_a_fake(monkeypatch):
+    calls = []
+    _fake_cuda(monkeypatch, calls)
     static = torch.zeros(3).as_subclass(_FakeCudaTensor)
     seen = []
     replay = compiling.cuda_graph(lambda x: seen.append(x.clone()) or x * 2, static, warmup=2)
@@ -117,6 +124,26 @@ def test_cuda_graph_capture_and_replay_with_a_fake(monkeypatch):
     assert out is not None
     with pytest.raises(ValueError, match="takes 1 input"):
         replay(torch.ones(3), torch.ones(3))
+
+
+@pytest.mark.parametrize("warmup", [0, 2])
+def test_cuda_graph_refuses_a_step_that_returns_a_generator_or_coroutine(monkeypatch, warmup):
+    _fake_cuda(monkeypatch, [])
+    static = torch.zeros(3).as_subclass(_FakeCudaTensor)
+
+    def gen(x):
+        yield x * 2
+
+    async def coro(x):
+        return x * 2
+    with pytest.raises(TypeError, match=r"fn\(\) returned a generator"):
+        compiling.cuda_graph(lambda x: gen(x), static, warmup=warmup)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(TypeError, match=r"fn\(\) returned a coroutine"):
+            compiling.cuda_graph(lambda x: coro(x), static, warmup=warmup)
+        gc.collect()
+    assert not [w for w in caught if "never awaited" in str(w.message)]
 
 
 def test_cuda_graph_refuses_cpu_inputs_and_machines_without_cuda():

@@ -344,14 +344,14 @@ def test_cuda_part_built_only_when_nvcc_major_matches_torch(build_machine):
     support = gl.kernels.cuda_build_support()
     assert not support.ok and support.nvcc_cuda == "12.4" and support.torch_cuda == "13.0"
     assert "nvcc is CUDA 12.4 but torch was built with CUDA 13.0" in support.reason and "\n" not in support.reason
-    ext = gl.kernels.cpp_extension("mismatch_ext", "int f();", ["f"], cuda_sources="__global__ void k() {}",
+    ext = gl.kernels.cpp_extension("mismatch_ext", "int f(); int g();", ["f"], cuda_sources="__global__ void k() {}",
                                    cuda_functions=["g"])
     assert not ext.cuda and ext.device == "cpu" and ext.functions == ("f",)
     assert "cuda_sources" not in builds[-1] and builds[-1]["name"] == "mismatch_ext"
     assert "CUDA part skipped (nvcc is CUDA 12.4" in ext.note and "C++)" in repr(ext)
 
     build_machine(torch_cuda="13.0", nvcc_text=NVCC_13.replace("13.0, V13.0.88", "13.2, V13.2.51"))
-    ext = gl.kernels.cpp_extension("match_ext", "int f();", ["f"], cuda_sources="__global__ void k() {}",
+    ext = gl.kernels.cpp_extension("match_ext", "int f(); int g();", ["f"], cuda_sources="__global__ void k() {}",
                                    cuda_functions=["g"])
     assert ext.cuda and ext.device == "cuda" and ext.functions == ("f", "g") and ext.name == "match_ext_cuda"
     assert builds[-1]["cuda_sources"] == "__global__ void k() {}"       # a minor difference builds (torch warns)

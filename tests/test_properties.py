@@ -205,3 +205,71 @@ def test_device_spelling_is_checked_before_anything_is_asked_of_torch(value):
         assert kinds_ok
     except (TypeError, ValueError) as e:
         assert not kinds_ok and "device" in str(e)
+
+
+# ---- ceilings, kernel work, comparisons of results ---------------------------------------------------------------
+_RATE = st.floats(min_value=1e3, max_value=1e16, allow_nan=False, allow_infinity=False)
+
+
+@FAST
+@given(_RATE, st.lists(st.tuples(st.text(min_size=1, max_size=5),
+                                 st.one_of(_RATE, st.none(), st.just(math.nan), st.just(math.inf))), max_size=6))
+def test_ceiling_for_never_lets_a_share_pass_100_percent_and_ignores_non_finite_rates(ceiling, rates):
+    from gpulab.limits import ceiling_for
+
+    cap, note = ceiling_for(ceiling, rates)
+    finite = [r for _, r in rates if r is not None and math.isfinite(r)]
+    assert math.isfinite(cap) and cap >= ceiling
+    assert all(r / cap <= 1.0 for r in finite)
+    assert (note is None) == (cap == ceiling)
+    assert cap == max([ceiling, *finite])
+
+
+@FAST
+@given(st.one_of(st.just(0.0), st.just(-1.0), st.just(math.nan), st.just(math.inf), st.just(-math.inf)))
+def test_ceiling_for_refuses_a_ceiling_that_is_not_a_positive_finite_rate(ceiling):
+    from gpulab.limits import ceiling_for
+
+    with pytest.raises(ValueError, match="ceiling"):
+        ceiling_for(ceiling, [("a", 1.0)])
+
+
+@FAST
+@given(st.lists(st.floats(min_value=0.0, max_value=1.0), min_size=1, max_size=8),
+       st.floats(min_value=0.0, max_value=0.5, exclude_max=True))
+def test_accuracy_floor_is_the_worst_seed_less_the_tolerance(accuracies, tolerance):
+    from gpulab.course.ablation import accuracy_floor
+
+    floor = accuracy_floor(accuracies, tolerance)
+    assert floor == pytest.approx(min(accuracies) - tolerance)
+    assert all(a >= floor for a in accuracies)
+
+
+@SOME
+@given(st.floats(min_value=0.0, max_value=1e15), st.floats(min_value=1.0, max_value=1e12),
+       st.sampled_from(["T4", "A100 40GB SXM", "H100 SXM"]))
+def test_a_kernel_is_memory_bound_exactly_below_the_gpus_ridge_point(flops, nbytes, gpu):
+    import gpulab as gl
+    from gpulab.kernels import KernelWork, kernel_roofline
+
+    spec = gl.gpu_spec(gpu)
+    row = kernel_roofline([KernelWork("k", flops, nbytes)], gpu=gpu).rows[0]
+    ridge = spec.fp32_flops / spec.bandwidth_bytes_per_s
+    assert row.intensity == pytest.approx(flops / nbytes)
+    assume(abs(row.intensity - ridge) > 1e-9 * ridge)
+    assert row.bound == ("memory" if row.intensity < ridge else "compute")
+    assert row.predicted_s == pytest.approx(max(flops / spec.fp32_flops, nbytes / spec.bandwidth_bytes_per_s))
+
+
+@SOME
+@given(st.lists(st.floats(min_value=-1e6, max_value=1e6, allow_nan=False), min_size=1, max_size=20),
+       st.floats(min_value=0.0, max_value=1e-3))
+def test_check_kernel_matches_itself_and_catches_one_changed_element(values, shift):
+    import torch
+    from gpulab.kernels import check_kernel
+
+    x = torch.tensor(values, dtype=torch.float64)
+    assert check_kernel(x, x.clone()).ok
+    y = x.clone()
+    y[len(values) // 2] += 1.0 + abs(float(y[len(values) // 2])) * 1e-3
+    assert not check_kernel(y, x).ok

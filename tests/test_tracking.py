@@ -3,6 +3,7 @@ TensorBoard's event files (read back with their own readers), the trace is rebui
 recorded, bad input is refused by name, and `python -m gpulab runs` starts both UIs and leaves nothing behind."""
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -322,6 +323,14 @@ def test_ui_commands():
             tracking.ui_commands("/data/runs", **kwargs)
 
 
+def test_ui_commands_turn_mlflow_telemetry_off_unless_you_chose(monkeypatch):
+    for name in ("MLFLOW_DISABLE_TELEMETRY", "DO_NOT_TRACK"):
+        monkeypatch.delenv(name, raising=False)
+    assert tracking.ui_commands("/data/runs").mlflow_env["MLFLOW_DISABLE_TELEMETRY"] == "true"
+    monkeypatch.setenv("DO_NOT_TRACK", "false")
+    assert "MLFLOW_DISABLE_TELEMETRY" not in tracking.ui_commands("/data/runs").mlflow_env
+
+
 def test_root_defaults_to_gpulab_runs(monkeypatch, tmp_path):
     monkeypatch.setenv("GPULAB_RUNS", str(tmp_path / "mine"))
     assert tracking.ui_commands().root == tmp_path / "mine"
@@ -401,3 +410,163 @@ def test_cli_runs_starts_both_uis_and_stops_them_all(mlflow, tmp_path):
                 pass
         cli.wait(timeout=10)
         log.close()
+
+
+# ---- stores that cannot be used, reads that write nothing, refused calls that leave nothing ----------
+def _real_store(tmp_path: Path) -> Path:
+    """A store with one run, written by another process (so this one has nothing of it cached)."""
+    root = tmp_path / "real"
+    code = ("import sys, gpulab.tracking as t\n"
+            "with t.track('one', root=sys.argv[1], tensorboard=False) as run:\n"
+            "    run.log_metrics({'loss': 0.5}, step=0)\n")
+    out = subprocess.run([sys.executable, "-c", code, str(root)], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return root
+
+
+def _stamp(path: Path) -> tuple[bytes, int]:
+    return path.read_bytes(), path.stat().st_mtime_ns
+
+
+@pytest.mark.parametrize("kind", ["folder", "garbage", "truncated"])
+def test_a_store_that_cannot_be_used_is_a_clear_error_at_once(mlflow, tmp_path, kind, capfd):
+    root = tmp_path / kind
+    root.mkdir()
+    db = root / "mlflow.db"
+    if kind == "folder":
+        db.mkdir()
+        match = "is a folder.*move it away or choose another root"
+    elif kind == "garbage":
+        db.write_bytes(b"col1,col2\n1,2\n" * 50)
+        match = r"not a SQLite database \(corrupt, or another program's file\): move it away or choose another root"
+    else:
+        data = (_real_store(tmp_path) / "mlflow.db").read_bytes()
+        db.write_bytes(data[: len(data) // 2])
+        match = "cannot use the MLflow store .*move it away or choose another root"
+    for call in (lambda: tracking.track("x", root=root).__enter__(), lambda: tracking.runs(root=root),
+                 lambda: tracking.load_trace("x", root=root)):
+        start = time.monotonic()
+        with pytest.raises(ValueError, match=match) as info:
+            call()
+        assert time.monotonic() - start < 10 and str(db) in str(info.value)
+        assert info.value.__cause__ is None and len(str(info.value)) < 400
+    assert "Traceback" not in capfd.readouterr().err
+    assert not (root / "tensorboard").exists()
+
+
+def test_reads_write_nothing(mlflow, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "mlflow.db").touch()
+    other = tmp_path / "other"
+    other.mkdir()
+    import sqlite3
+
+    con = sqlite3.connect(other / "mlflow.db")
+    con.execute("CREATE TABLE notes (text TEXT)")
+    con.commit()
+    con.close()
+    for root in (empty, other):
+        before = _stamp(root / "mlflow.db")
+        time.sleep(0.01)
+        for call in (lambda: tracking.runs(root=root), lambda: tracking.load_trace("x", root=root)):
+            with pytest.raises(ValueError, match="no runs logged in .*mlflow.db yet"):
+                call()
+        assert _stamp(root / "mlflow.db") == before and sorted(p.name for p in root.iterdir()) == ["mlflow.db"]
+    real = _real_store(tmp_path)
+    before = _stamp(real / "mlflow.db")
+    code = ("import sys, gpulab.tracking as t\n"
+            "print(t.runs(root=sys.argv[1]).run('one').metrics)\n"
+            "try:\n    t.load_trace('one', root=sys.argv[1])\nexcept ValueError as e:\n    print('no trace' in str(e) or e)\n")
+    out = subprocess.run([sys.executable, "-c", code, str(real)], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0 and out.stdout.split("\n")[:2] == ["{'loss': 0.5}", "True"], out.stdout + out.stderr
+    assert _stamp(real / "mlflow.db") == before
+    with tracking.track("empty-is-fine", root=empty, tensorboard=False):   # an empty file is an empty store
+        pass
+    assert [r.name for r in tracking.runs(root=empty).rows] == ["empty-is-fine"]
+
+
+def test_refused_calls_leave_no_run_behind(mlflow, tmp_path, monkeypatch):
+    pytest.importorskip("tensorboard")
+    from gpulab.tracking import _store
+    from gpulab.tracking.run import Run
+
+    root = tmp_path / "runs"
+    with tracking.track("ok", root=root) as run:
+        run.log_metrics({"loss": 1.0}, step=0)
+    (root / "tensorboard" / "blocked").write_text("in the way")
+    (tmp_path / "a-file").write_text("x")
+    refused = [(lambda: tracking.track("tb-blocked", root=root, experiment="blocked"), ValueError, "TensorBoard's folder"),
+               (lambda: tracking.track("root-file", root=tmp_path / "a-file"), ValueError, "is a file"),
+               (lambda: tracking.track("reserved", root=root, tags={"gpulab.trace": "1"}), ValueError, "gpulab.trace")]
+    for make, error, match in refused:
+        with pytest.raises(error, match=match):
+            with make():
+                pass
+    with monkeypatch.context() as m:                  # failures after MLflow made the run: the run is removed
+        m.setattr(_store, "EventWriter", lambda folder: (_ for _ in ()).throw(OSError(28, "No space left on device")))
+        with pytest.raises(OSError, match="No space"):
+            with tracking.track("tb-full", root=root):
+                pass
+    with monkeypatch.context() as m:
+        m.setattr(Run, "_send", lambda self, **kw: (_ for _ in ()).throw(RuntimeError("the store refused params")))
+        with pytest.raises(RuntimeError, match="refused params"):
+            with tracking.track("params-refused", root=root, params={"lr": 0.1}):
+                pass
+    assert [r.name for r in tracking.runs(root=root).rows] == ["ok"]
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}")
+    every = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert [r.info.run_name for r in every] == ["ok"] and "FAILED" not in {r.info.status for r in every}
+    assert [p.name for p in (root / "tensorboard" / "gpulab").iterdir()] == [f"ok-{run.record.run_id[:8]}"]
+    assert (root / "tensorboard" / "blocked").is_file()
+
+
+def test_reserved_tags_are_refused_by_name(tmp_path):
+    for tag in ("gpulab.pid", "gpulab.tensorboard_dir", "mlflow.runName", "mlflow.user"):
+        with pytest.raises(ValueError, match=f"tag '{tag}' is reserved"):
+            tracking.track("x", root=tmp_path, tags={tag: "mine"})
+    assert list(tmp_path.iterdir()) == []
+    tracking.track("x", root=tmp_path, tags={"gpulab_note": "fine", "team": "a"})   # made, not started
+
+
+TELEMETRY = textwrap.dedent("""
+    import json, os, sys
+    import gpulab.tracking as t
+    with t.track("t", root=sys.argv[1]) as run:
+        run.log_metrics({"loss": 1.0}, step=0)
+    t.runs(root=sys.argv[1])
+    import mlflow.telemetry.client as tc
+    print(json.dumps({"client": tc.get_telemetry_client() is not None,
+                      "env": {k: os.environ.get(k) for k in ("MLFLOW_DISABLE_TELEMETRY", "DO_NOT_TRACK")}}))
+""")
+
+
+@pytest.mark.slow
+def test_no_file_outside_root_and_no_usage_statistics_unless_asked(mlflow, tmp_path):
+    base = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_DISABLE_TELEMETRY", "DO_NOT_TRACK")}
+    for k in ("PYTEST_CURRENT_TEST", "CI", "GITHUB_ACTIONS", "GITLAB_CI", "JENKINS_URL", "TRAVIS", "BUILDKITE",
+              "CIRCLECI", "TF_BUILD", "TEAMCITY_VERSION", "CODEBUILD_BUILD_ARN", "BITBUCKET_BUILD_NUMBER"):
+        base.pop(k, None)
+    results = {}
+    for case, extra in (("default", {}), ("asked", {"MLFLOW_DISABLE_TELEMETRY": "false"})):
+        home, work, tmp = (tmp_path / case / d for d in ("home", "work", "tmp"))
+        for d in (home, work, tmp):
+            d.mkdir(parents=True)
+        env = {**base, **extra, "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"), "TMPDIR": str(tmp),
+               "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9", "NO_PROXY": "",
+               "PYTHONPATH": str(ROOT)}                 # nothing can leave the machine, even when asked
+        out = subprocess.run([sys.executable, "-c", TELEMETRY, str(tmp_path / case / "runs")], capture_output=True,
+                             text=True, env=env, cwd=work, timeout=180)
+        assert out.returncode == 0, out.stderr
+        results[case] = json.loads(out.stdout.strip().splitlines()[-1])
+        results[case]["home"] = sorted(str(p.relative_to(home)) for p in home.rglob("*"))
+        results[case]["elsewhere"] = [p.name for d in (work, tmp) for p in d.iterdir()]
+        if case == "default":                          # Python's default warning filters: nothing shown
+            assert "DeprecationWarning" not in out.stderr and "INFO" not in out.stderr, out.stderr
+    assert results["default"] == {"client": False, "env": {"MLFLOW_DISABLE_TELEMETRY": None, "DO_NOT_TRACK": None},
+                                  "home": [], "elsewhere": []}
+    assert results["asked"]["env"]["MLFLOW_DISABLE_TELEMETRY"] == "false"             # the choice is kept...
+    from packaging.version import Version
+
+    if not Version(mlflow.__version__).is_devrelease:                                  # (a dev MLflow sends none)
+        assert ".config/mlflow/telemetry.json" in results["asked"]["home"]             # ...and MLflow honours it

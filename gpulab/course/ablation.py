@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from .._format import NA, TableView, fmt_bytes, fmt_number, fmt_rate
+from .._check import flag, mapping, positive, text, whole
 from ..limits import ceiling_for
 
 __all__ = ["Change", "AblationStep", "Ablation", "ablate", "accuracy_floor"]
@@ -53,11 +55,23 @@ class Change:
         if not (callable(self.fields) or isinstance(self.fields, Mapping)):
             raise TypeError(f"fields of {self.label!r} must be a mapping or a function recipe -> mapping, "
                             f"got {self.fields!r}")
+        text("why", self.why)
+        text("why_not", self.why_not)
+        flag("available", self.available)
+        flag("branch", self.branch)
+
+
+def _fraction(name: str, value: Any) -> float:
+    """A fraction in [0, 1)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a fraction in [0, 1), got {value!r}")
+    if not 0 <= value < 1:
+        raise ValueError(f"{name} must be a fraction in [0, 1), got {value!r}")
+    return float(value)
 
 
 def _tolerance(tolerance: float) -> None:
-    if not 0 <= tolerance < 1:
-        raise ValueError(f"tolerance must be a fraction in [0, 1), got {tolerance!r}")
+    _fraction("tolerance", tolerance)
 
 
 def accuracy_floor(accuracies: Sequence[float], tolerance: float) -> float:
@@ -69,8 +83,15 @@ def accuracy_floor(accuracies: Sequence[float], tolerance: float) -> float:
         0.971
     """
     _tolerance(tolerance)
+    if isinstance(accuracies, (str, bytes)) or not isinstance(accuracies, Sequence):
+        raise TypeError(f"accuracies must be a list of test accuracies (fractions in [0, 1]), got {accuracies!r}")
     if not accuracies:
         raise ValueError("accuracies is empty: pass the baseline's test accuracy over at least one seed")
+    for a in accuracies:
+        if isinstance(a, bool) or not isinstance(a, numbers.Real):
+            raise TypeError(f"accuracies must be numbers (fractions in [0, 1]), got {a!r}")
+        if not 0 <= a <= 1:           # NaN fails too: a diverged seed has no accuracy to hold others to
+            raise ValueError(f"accuracies must be fractions in [0, 1] (a diverged seed's NaN left out), got {a!r}")
     return min(accuracies) - tolerance
 
 
@@ -314,14 +335,28 @@ def ablate(train: Callable[[Any, Any], Any], baseline: Any, changes: Sequence[Ch
     """
     if not callable(train):
         raise TypeError(f"train must be a function (recipe, run) -> result, got {train!r}")
-    if not 0 <= accuracy_tolerance < 1:
-        raise ValueError(f"accuracy_tolerance must be a fraction in [0, 1), got {accuracy_tolerance!r}")
-    if not 0 <= min_gain < 1:
-        raise ValueError(f"min_gain must be a fraction in [0, 1), got {min_gain!r}")
-    if rerun is not None and not callable(rerun):
-        raise TypeError(f"rerun must be a function (recipe, seed) -> test accuracy, got {rerun!r}")
-    if isinstance(accuracy_seeds, bool) or not isinstance(accuracy_seeds, int) or accuracy_seeds < 0:
-        raise ValueError(f"accuracy_seeds must be a whole number >= 0, got {accuracy_seeds!r}")
+    for name, fn in (("apply", apply), ("describe", describe), ("params", params), ("ceiling", ceiling)):
+        if not callable(fn):
+            raise TypeError(f"{name} must be a function, got {fn!r}")
+    for name, fn in (("compare", compare), ("rerun", rerun)):
+        if fn is not None and not callable(fn):
+            raise TypeError(f"{name} must be a function or None, got {fn!r}")
+    if baseline is None:
+        raise ValueError("baseline is None: pass the recipe every change starts from")
+    accuracy_tolerance = _fraction("accuracy_tolerance", accuracy_tolerance)
+    min_gain = _fraction("min_gain", min_gain)
+    accuracy_seeds = whole("accuracy_seeds", accuracy_seeds, low=0)
+    text("baseline_label", baseline_label, empty=False)
+    text("title", title)
+    text("device", device)
+    if epochs is not None:
+        epochs = whole("epochs", epochs)
+    if monitor_interval:                       # 0 or None: no Monitor around a tracked run
+        positive("monitor_interval", monitor_interval, unit="s")
+    if track is not None:
+        mapping("track", track, example="{'root': 'runs', 'experiment': 'capstone'}")
+    if isinstance(changes, (str, bytes)) or not isinstance(changes, Sequence):
+        raise TypeError(f"changes must be a list of course.Change, got {changes!r}")
     for c in changes:
         if not isinstance(c, Change):
             raise TypeError(f"changes must be course.Change objects, got {c!r}")
@@ -342,6 +377,11 @@ def ablate(train: Callable[[Any, Any], Any], baseline: Any, changes: Sequence[Ch
                 run.log_trace(mon.trace)
             else:
                 result = train(recipe, run)
+        missing = [a for a in ("samples_per_s", "spread_pct", "test_accuracy", "peak_memory_bytes", "flops_per_sample")
+                   if not hasattr(result, a)]
+        if missing:
+            raise TypeError(f"train returned {type(result).__name__} {result!r:.60}, which has no {', '.join(missing)}: "
+                            "train must return a result like course.train_recipe's RecipeRun")
         run_id = run.record.run_id if run is not None else None
         c = ceiling(recipe)
         return AblationStep(label, describe(recipe), dict(params(recipe)), decision, "",
@@ -355,7 +395,9 @@ def ablate(train: Callable[[Any, Any], Any], baseline: Any, changes: Sequence[Ch
     current = measure(baseline_label, baseline, "baseline")
     if rerun is not None and accuracy_seeds and current.test_accuracy is not None:
         again = [rerun(baseline, seed) for seed in range(1, accuracy_seeds + 1)]
-        current = replace(current, accuracies=(current.test_accuracy, *(float(a) for a in again if a is not None)))
+        # a rerun that diverged (NaN) says nothing about the spread of the baseline's accuracy: left out
+        current = replace(current, accuracies=(current.test_accuracy, *(float(a) for a in again
+                                                                         if a is not None and math.isfinite(a))))
     floor = current.accuracy_floor(accuracy_tolerance)
     recipe = baseline
     steps = [current]

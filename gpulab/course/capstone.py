@@ -17,16 +17,20 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import math
+import numbers
 import statistics
 import time
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Iterator, Literal
 
-from .._check import checked, whole
+from .._check import checked, path_arg, whole
 from .._format import fmt_bytes, fmt_number, fmt_seconds, html_table, text_table
-from .digits import Digits, PerSampleDigits, to_features
+from .capstone_data import Batches as _Batches, check_pixels, digits_on_disk, features
+from .capstone_data import _grey  # noqa: F401
+from .digits import Digits
 
 __all__ = ["Recipe", "RecipeRun", "train_recipe", "recipe_stepper", "seed_model", "digits_on_disk"]
 
@@ -74,11 +78,12 @@ class Recipe:
     schedule: Schedule = "constant"
 
     def __post_init__(self) -> None:
-        whole("batch_size", self.batch_size)
-        whole("workers", self.workers, low=0)
-        whole("log_every", self.log_every)
-        if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or not 0 < self.lr < 10:
+        for name, low in (("batch_size", 1), ("workers", 0), ("log_every", 1)):   # NumPy integers stored as int
+            object.__setattr__(self, name, whole(name, getattr(self, name), low=low))
+        if isinstance(self.lr, bool) or not isinstance(self.lr, numbers.Real) or not 0 < self.lr < 10:
             raise ValueError(f"lr must be a positive learning rate below 10, got {self.lr!r}")
+        if not isinstance(self.lr, (int, float)):                 # a NumPy float: stored as a Python float
+            object.__setattr__(self, "lr", float(self.lr))
         for name, value, allowed in (("data", self.data, ("per-sample", "host", "device", "disk")),
                                      ("precision", self.precision, ("fp32", "bf16", "fp16")),
                                      ("optimizer", self.optimizer, ("default", "foreach", "fused")),
@@ -121,6 +126,12 @@ class RecipeRun:
     chunk_rates: tuple[tuple[float, ...], ...] = ()   # per timed epoch: samples/s of each quarter of it
     notes: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
+    diverged_at_step: int | None = None        # the step whose loss read non-finite; training stopped there
+
+    @property
+    def diverged(self) -> bool:
+        """Whether the loss became NaN or infinite (test accuracy is then NaN, and ``notes`` say what to change)."""
+        return self.diverged_at_step is not None
 
     @property
     def timed_epochs_s(self) -> tuple[float, ...]:
@@ -129,7 +140,9 @@ class RecipeRun:
 
     @property
     def samples_per_s(self) -> float:
-        """Samples per second over the timed epochs (median epoch)."""
+        """Samples per second over the timed epochs (median epoch); NaN when no epoch finished (a diverged run)."""
+        if not self.timed_epochs_s:
+            return math.nan
         return self.samples_per_epoch / statistics.median(self.timed_epochs_s)
 
     @property
@@ -144,11 +157,13 @@ class RecipeRun:
 
     def _rows(self) -> list[tuple[str, str]]:
         rows = [("recipe", self.recipe.describe()), ("device", self.device),
-                ("epochs", f"{self.epochs} x {self.samples_per_epoch:,} samples; "
-                           + ", ".join(fmt_seconds(t) for t in self.epoch_times_s)),
+                ("epochs", (f"{len(self.epoch_times_s)} of {self.epochs} finished" if self.diverged else
+                            f"{self.epochs}") + f" x {self.samples_per_epoch:,} samples"
+                           + "".join(f"{'; ' if i == 0 else ', '}{fmt_seconds(t)}" for i, t in enumerate(self.epoch_times_s))),
                 ("throughput", f"{fmt_number(self.samples_per_s)} samples/s"
                                + (f" (spread {self.spread_pct:.0f}%)" if self.spread_pct is not None else "")),
-                ("test accuracy", "not measured" if self.test_accuracy is None else f"{self.test_accuracy:.1%}"),
+                ("test accuracy", "not measured" if self.test_accuracy is None else
+                 f"diverged at step {self.diverged_at_step}" if self.diverged else f"{self.test_accuracy:.1%}"),
                 ("peak memory", fmt_bytes(self.peak_memory_bytes))]
         return rows + [("note", n) for n in self.notes]
 
@@ -183,106 +198,6 @@ def seed_model() -> Any:
     return mlp(784, 500, 10, layers=1)
 
 
-def _grey(path: str) -> Any:
-    from PIL import Image
-
-    with open(path, "rb") as f:
-        return Image.open(f).convert("L")
-
-
-def digits_on_disk(d: Digits, root: str | Path | None = None) -> Path:
-    """Write ``d``'s training images as PNG files in the ImageFolder layout (``root/<class>/<i>.png``),
-    once: a second call with the same digits finds them. Returns the folder."""
-    import hashlib
-
-    from PIL import Image
-
-    from .images import data_dir
-
-    digest = hashlib.sha1(d.train_x.numpy().tobytes() + d.train_y.numpy().tobytes()).hexdigest()[:12]
-    root = Path(root) if root is not None else data_dir() / "generated" / f"digits-{digest}"
-    done = root / ".complete"
-    if done.is_file() and done.read_text() == digest:
-        return root
-    for c in range(10):
-        (root / f"{c}").mkdir(parents=True, exist_ok=True)
-    for i, (img, label) in enumerate(zip(d.train_x.numpy(), d.train_y.tolist())):
-        Image.fromarray(img).save(root / f"{label}" / f"{i:06d}.png")
-    done.write_text(digest)
-    return root
-
-
-class _Batches:
-    """One epoch of ``(x, y)`` batches on the device, the way the recipe's data path makes them."""
-
-    def __init__(self, recipe: Recipe, d: Digits, dev: Any, seed: int, disk_root: Path | None) -> None:
-        import torch
-
-        self.r, self.dev, self.cuda = recipe, dev, dev.type == "cuda"
-        self.pin = recipe.pin_memory and self.cuda
-        self.g = torch.Generator().manual_seed(seed)
-        self.loader = None
-        if recipe.data in ("per-sample", "disk"):
-            from torch.utils.data import DataLoader
-            from torchvision import transforms
-
-            if recipe.data == "disk":
-                from torchvision.datasets import ImageFolder
-
-                ds: Any = ImageFolder(str(disk_root or digits_on_disk(d)), transform=transforms.ToTensor(), loader=_grey)
-            else:
-                ds = PerSampleDigits(d.train_x, d.train_y, transforms.ToTensor())
-            self.loader = DataLoader(ds, batch_size=recipe.batch_size, shuffle=True, num_workers=recipe.workers,
-                                     pin_memory=self.pin, persistent_workers=recipe.workers > 0, generator=self.g)
-        else:
-            x, y = to_features(d.train_x), d.train_y
-            if recipe.data == "device":
-                x, y = x.to(dev), y.to(dev)
-            self.x, self.y = x, y
-            if self.pin and recipe.data == "host":     # gathered once per epoch into page-locked buffers
-                self.px = torch.empty_like(x).pin_memory()
-                self.py = torch.empty_like(y).pin_memory()
-
-    def steps_per_epoch(self) -> int:
-        return len(self.loader) if self.loader is not None else -(-int(self.x.shape[0]) // self.r.batch_size)
-
-    def resident(self) -> list[Any]:
-        """The data tensors held in the device's memory (on a CPU, host memory is the device's)."""
-        if self.loader is not None:
-            return []
-        return [self.x, self.y] if (self.r.data == "device" or not self.cuda) else []
-
-    def epoch(self) -> Any:
-        import torch
-
-        r, dev = self.r, self.dev
-        if self.loader is not None:
-            for images, labels in self.loader:
-                yield (images.reshape(-1, 28 * 28).to(dev, non_blocking=self.pin),
-                       labels.to(dev, non_blocking=self.pin))
-            return
-        n = int(self.x.shape[0])
-        perm = torch.randperm(n, generator=self.g)
-        if r.data == "device":
-            perm = perm.to(dev)
-            x, y = self.x, self.y
-            for i in range(0, n, r.batch_size):
-                idx = perm[i:i + r.batch_size]
-                yield x[idx], y[idx]
-            return
-        if self.pin:
-            # The previous epoch's copies have finished (each epoch ends with a device sync), so the pinned
-            # buffers can be rewritten; slices of them are page-locked and copy asynchronously.
-            torch.index_select(self.x, 0, perm, out=self.px)
-            torch.index_select(self.y, 0, perm, out=self.py)
-            x, y = self.px, self.py
-        else:
-            x, y = self.x[perm], self.y[perm]
-        for i in range(0, n, r.batch_size):
-            yield (x[i:i + r.batch_size].to(dev, non_blocking=self.pin),
-                   y[i:i + r.batch_size].to(dev, non_blocking=self.pin))
-
-
 def _optimizer(recipe: Recipe, params: Any) -> Any:
     import torch
 
@@ -301,6 +216,53 @@ def _tf32(recipe: Recipe, dev: Any) -> Any:
     return tf32(True)
 
 
+@contextlib.contextmanager
+def keep_rng(dev: Any = None) -> Iterator[None]:
+    """Leave the caller's random number generators as they were: torch's CPU generator (and ``dev``'s when it is a
+    CUDA device), Python's ``random`` and NumPy's global generator are restored on the way out, also on an error.
+
+    Example:
+        >>> import random, torch
+        >>> before = torch.get_rng_state(), random.getstate()
+        >>> with keep_rng():
+        ...     _ = torch.manual_seed(1), torch.rand(3), random.random()
+        >>> torch.equal(torch.get_rng_state(), before[0]), random.getstate() == before[1]
+        (True, True)
+    """
+    import random
+    import sys
+
+    import torch
+
+    devices = []
+    if dev is not None and torch.device(dev).type == "cuda":
+        index = torch.device(dev).index
+        devices = [torch.cuda.current_device() if index is None else index]
+    np_mod = sys.modules.get("numpy")
+    py_state = random.getstate()
+    np_state = np_mod.random.get_state() if np_mod is not None else None
+    try:
+        with torch.random.fork_rng(devices=devices, device_type="cuda"):
+            yield
+    finally:
+        random.setstate(py_state)
+        if np_state is not None:
+            np_mod.random.set_state(np_state)
+
+
+def _seeded_model(seed: int, dev: Any) -> Any:
+    """The seed model initialised from ``seed`` (as ``torch.manual_seed(seed)`` would), on ``dev``, with the caller's
+    generators left as they were."""
+    import torch
+
+    with keep_rng(dev):
+        torch.default_generator.manual_seed(seed)    # the CPU generator alone: the weights are made on the CPU
+        if dev.type == "cuda":
+            with torch.cuda.device(dev):
+                torch.cuda.manual_seed(seed)
+        return seed_model().to(dev)
+
+
 class _Trainer:
     """The seed model, its optimizer and the recipe's data path on one device, and one training step."""
 
@@ -315,11 +277,11 @@ class _Trainer:
             raise TypeError(f"recipe must be a course.Recipe, got {type(recipe).__name__}")
         if not isinstance(data, Digits):
             raise TypeError(f"data must be course.digits(...), got {type(data).__name__}")
-        whole("seed", seed, low=0)
+        seed = whole("seed", seed, low=0)
         self.recipe = recipe
+        check_pixels(data.test_x, "data.test_x")
         self.dev = dev = pick_device(None if device is None else str(device))
-        torch.manual_seed(seed)
-        self.model = seed_model().to(dev)
+        self.model = _seeded_model(seed, dev)
         self.optimizer = _optimizer(recipe, self.model.parameters())
         if recipe.cuda_graphs and dev.type != "cuda":
             raise ValueError(f"cuda_graphs=True records CUDA graphs: it needs a CUDA GPU, and {dev} is not one: use "
@@ -399,9 +361,41 @@ def train_recipe(recipe: Recipe, data: Digits, *, epochs: int = 3, device: Any =
     :class:`RecipeRun`. Throughput comes from the epochs after the first (the device synchronised at each
     epoch's end); test accuracy from the whole test set at the end.
 
+    Pixels may be uint8 (0-255, divided by 255) or floats already in [0, 1] (used as they are); floats outside
+    [0, 1] are a ``ValueError``. The same ``seed`` gives the same run, and the caller's random generators (torch,
+    Python's, NumPy's) are left as they were. DataLoader workers are shut down on the way out, also when the
+    loop is interrupted.
+
+    A loss that becomes NaN or infinite (read every ``log_every`` steps and at each epoch's end) stops training:
+    the result is ``diverged`` (``diverged_at_step``, test accuracy NaN, a note saying what to change).
+
     ``run`` (an open :func:`gpulab.tracking.track` run) receives the losses the loop reads (``loss``, at
-    their step), each epoch's time and throughput, and the test accuracy.
+    their step), each epoch's time and throughput, and the test accuracy; a diverged run gets its finite values
+    and the parameter ``diverged_at_step``.
     """
+    epochs = whole("epochs", epochs)
+    if run is not None and not callable(getattr(run, "log_metrics", None)):
+        raise TypeError(f"run must be an open gl.tracking.track(...) run (or None), got {run!r:.60}")
+    if disk_root is not None:
+        path_arg("disk_root", disk_root)
+    t = _Trainer(recipe, data, device, seed, disk_root, epochs)
+    try:
+        with keep_rng(t.dev):
+            return _train(t, data, epochs, run)
+    finally:
+        t.batches.close()
+
+
+def _diverged_note(recipe: Recipe, step: int, value: float) -> str:
+    fixes = [f"lower the learning rate (lr={recipe.lr:g})"]
+    if recipe.precision == "fp16":
+        fixes.append("turn off fp16 autocast (precision='bf16' or 'fp32')")
+    if recipe.schedule == "constant":
+        fixes.append("turn on the warm-up (schedule='cosine')")
+    return f"diverged at step {step}: loss is {value} \u2014 " + " or ".join(fixes)
+
+
+def _train(t: _Trainer, data: Digits, epochs: int, run: Any) -> RecipeRun:
     import torch
     import torch.nn.functional as F
 
@@ -410,10 +404,9 @@ def train_recipe(recipe: Recipe, data: Digits, *, epochs: int = 3, device: Any =
     from ..timing import synchronize
     from .runs import _step_memory
 
-    whole("epochs", epochs)
-    t = _Trainer(recipe, data, device, seed, disk_root, epochs)
-    dev, model, run_model, optimizer, scaler, autocast, batches = (t.dev, t.model, t.run_model, t.optimizer, t.scaler,
-                                                                   t.autocast, t.batches)
+    recipe = t.recipe
+    dev, model, run_model, optimizer, autocast, batches = (t.dev, t.model, t.run_model, t.optimizer, t.autocast,
+                                                           t.batches)
     cuda = dev.type == "cuda"
     if cuda:
         torch.cuda.reset_peak_memory_stats(dev)
@@ -421,7 +414,8 @@ def train_recipe(recipe: Recipe, data: Digits, *, epochs: int = 3, device: Any =
     chunks: list[tuple[float, ...]] = []
     chunk = max(1, batches.steps_per_epoch() // 4)
     losses: list[tuple[int, float]] = []
-    step = 0
+    step = per_epoch = 0
+    diverged: int | None = None
     with _tf32(recipe, dev):
         for epoch in range(epochs):
             synchronize(dev)
@@ -435,6 +429,9 @@ def train_recipe(recipe: Recipe, data: Digits, *, epochs: int = 3, device: Any =
                 chunk_seen += int(y.shape[0])
                 if step % recipe.log_every == 0:          # the seed's print(loss.item()): a sync
                     losses.append((step, float(loss.item())))
+                    if not math.isfinite(losses[-1][1]):
+                        diverged = step
+                        break
                     if run is not None:
                         run.log_metrics({"loss": losses[-1][1]}, step=step)
                 if epoch > 0 and i % chunk == 0:          # quarter epochs: how steady the timed epochs ran
@@ -443,14 +440,20 @@ def train_recipe(recipe: Recipe, data: Digits, *, epochs: int = 3, device: Any =
                     quarters.append(chunk_seen / (now - tc))
                     tc, chunk_seen = now, 0
             synchronize(dev)
+            if diverged is not None:                      # an unfinished epoch: neither timed nor counted
+                break
             times.append(time.perf_counter() - t0)
+            per_epoch = seen
             if epoch > 0:
                 chunks.append(tuple(quarters))
             if run is not None:
                 run.log_metrics({"epoch_time_s": times[-1], "samples_per_s": seen / times[-1]}, step=epoch)
+            if not math.isfinite(float(loss.item())):     # after the timing: a read of a loss already computed
+                diverged = step
+                break
         if not losses or losses[-1][0] != step:
             losses.append((step, float(loss.item())))
-        accuracy = _accuracy(run_model, data, dev, autocast)
+        accuracy = math.nan if diverged is not None else _accuracy(run_model, data, dev, autocast)
         # memory: the CUDA allocator's peak over the whole run; elsewhere what stays resident (weights,
         # optimizer state, data held on the device) plus what one more step allocates at its peak
         if cuda:
@@ -465,11 +468,15 @@ def train_recipe(recipe: Recipe, data: Digits, *, epochs: int = 3, device: Any =
             peak, method = int(resident + grown["bytes"]), "tracked-tensors"
     flops = count_flops(lambda: F.cross_entropy(model(x[:1]), y[:1]).backward())
     model.zero_grad()
-    result = RecipeRun(recipe, str(dev), epochs, seen, tuple(times), tuple(losses), accuracy, peak, float(flops),
-                       method, tuple(chunks))
+    notes = (_diverged_note(recipe, diverged, losses[-1][1]),) if diverged is not None else ()
+    result = RecipeRun(recipe, str(dev), epochs, per_epoch or data.n_train, tuple(times), tuple(losses), accuracy, peak,
+                       float(flops), method, tuple(chunks), notes=notes, diverged_at_step=diverged)
     if run is not None:
-        run.log_metrics({"test_accuracy": accuracy, "samples_per_s_timed": result.samples_per_s,
-                         **({"spread_pct": result.spread_pct} if result.spread_pct is not None else {})}, step=epochs)
+        final = {"test_accuracy": accuracy, "samples_per_s_timed": result.samples_per_s,
+                 **({"spread_pct": result.spread_pct} if result.spread_pct is not None else {})}
+        run.log_metrics({k: v for k, v in final.items() if math.isfinite(v)}, step=epochs)
+        if diverged is not None:
+            run.log_params({"diverged_at_step": diverged})
     return result
 
 
@@ -480,7 +487,7 @@ def _accuracy(model: Any, d: Digits, dev: Any, autocast: Any) -> float:
     model.eval()
     correct = 0
     with torch.no_grad():
-        x, y = to_features(d.test_x), d.test_y
+        x, y = features(d.test_x, "data.test_x"), d.test_y
         for i in range(0, d.n_test, 2048):
             with autocast():
                 out = model(x[i:i + 2048].to(dev))

@@ -28,7 +28,7 @@ from typing import Any, Iterable
 from .._check import checked, positive, whole
 from .._format import fmt_number, fmt_rate
 from .ablation import Ablation, AblationStep, accuracy_floor
-from .capstone import Recipe, RecipeRun, _tf32, seed_model, train_recipe
+from .capstone import Recipe, RecipeRun, _tf32, keep_rng, seed_model, train_recipe
 from .capstone_torch import interleaved_gain
 from .checks import Check, NotAnswered, _esc
 from .digits import Digits, to_features
@@ -59,9 +59,10 @@ def recipe_ceiling(recipe: Recipe, *, device: Any = None, min_run_time: float = 
     if not isinstance(recipe, Recipe):
         raise TypeError(f"recipe must be a course.Recipe, got {type(recipe).__name__}")
     dev = pick_device(None if device is None else str(device))
-    model = seed_model().to(dev)
-    x = torch.rand(recipe.batch_size, 784, device=dev)
-    y = torch.randint(0, 10, (recipe.batch_size,), device=dev)
+    with keep_rng(dev):                      # the caller's random generators are left as they were
+        model = seed_model().to(dev)
+        x = torch.rand(recipe.batch_size, 784, device=dev)
+        y = torch.randint(0, 10, (recipe.batch_size,), device=dev)
     dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[recipe.precision]
 
     def step() -> None:
@@ -163,10 +164,12 @@ def recipe_challenge(name: str, recipe: Recipe | None, data: Digits, *, baseline
     epochs = epochs or base_epochs
     if epochs is None:
         raise ValueError("pass epochs=... (the number of epochs the baseline trained)")
-    whole("epochs", epochs)
+    epochs = whole("epochs", epochs)
     if isinstance(compare_s, bool) or not isinstance(compare_s, (int, float)) or not 0 <= compare_s < math.inf:
         raise ValueError(f"compare_s must be seconds >= 0 (0: no interleaved timing), got {compare_s!r}")
     run = train_recipe(recipe, data, epochs=epochs, device=device)
+    if run.diverged:
+        raise AssertionError(f"{name}: the recipe {run.notes[0]}")
     if run.test_accuracy is None:
         raise ValueError("the recipe's run measured no test accuracy")
     result = RecipeChallenge(name, run.device, float(base_rate), run.samples_per_s, float(base_acc),

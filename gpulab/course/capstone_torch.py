@@ -18,8 +18,9 @@ from typing import Any, Mapping
 from .._check import checked
 from ..interleaved import threads
 from .ablation import Ablation, Change, ablate
-from .capstone import Recipe, _tf32, seed_model, train_recipe
-from .digits import Digits, to_features
+from .capstone import Recipe, _tf32, keep_rng, train_recipe
+from .capstone_data import features
+from .digits import Digits
 
 __all__ = ["torch_changes", "torch_ablation", "largest_batch", "interleaved_gain"]
 
@@ -36,15 +37,15 @@ def largest_batch(recipe: Recipe, data: Digits, *, device: Any = None, budget: i
     from ..memory import find_max_batch_size
     from ..reference import gpu_spec
     from ..system import device as pick_device
-    from .capstone import _optimizer
+    from .capstone import _optimizer, _seeded_model
     from .training import TrainConfig, make_scaler
 
     dev = pick_device(None if device is None else str(device))
-    model = seed_model().to(dev)
+    model = _seeded_model(0, dev)
     opt = _optimizer(recipe, model.parameters())
     scaler = make_scaler(TrainConfig(precision=recipe.precision), dev.type)
     dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[recipe.precision]
-    x_all, y_all = to_features(data.train_x).to(dev), data.train_y.to(dev)
+    x_all, y_all = features(data.train_x, "data.train_x").to(dev), data.train_y.to(dev)
     n = data.n_train
 
     def step(bs: int) -> None:
@@ -62,8 +63,10 @@ def largest_batch(recipe: Recipe, data: Digits, *, device: Any = None, budget: i
 
     limit = limit or max(recipe.batch_size, n // 8)
     cuda = dev.type == "cuda"
-    return find_max_batch_size(step, start=min(recipe.batch_size, limit), limit=limit,
-                               budget=None if cuda else (budget or gpu_spec("T4").memory_bytes), device=str(dev), min_run_time=0.15)
+    with keep_rng(dev):               # the random batches and the model's weights leave the caller's generators alone
+        return find_max_batch_size(step, start=min(recipe.batch_size, limit), limit=limit,
+                                   budget=None if cuda else (budget or gpu_spec("T4").memory_bytes), device=str(dev),
+                                   min_run_time=0.15)
 
 
 @checked(device="device")

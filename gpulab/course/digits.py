@@ -187,13 +187,41 @@ class PerSampleDigits:
         return (self.transform(img) if self.transform is not None else img), int(self.labels[i])
 
 
-def to_features(images: Any) -> Any:
-    """uint8 ``N x 28 x 28`` images -> float32 ``N x 784`` in [0, 1]: what ``ToTensor`` + ``reshape`` give per
-    sample, done once for the whole tensor.
+def check_pixels(images: Any, name: str = "images") -> Any:
+    """``images`` checked as uint8 pixels (0-255) or floats in [0, 1]; returns them (float64 as float32)."""
+    import torch
+
+    if not isinstance(images, torch.Tensor):
+        raise TypeError(f"{name} must be a tensor of images, got {type(images).__name__}")
+    if images.dtype == torch.uint8:
+        return images
+    if not images.is_floating_point():
+        raise TypeError(f"{name} must hold uint8 pixels (0-255) or floats in [0, 1], got {images.dtype}: convert "
+                        f"with {name}.to(torch.uint8) or {name}.float() / 255")
+    if images.numel():
+        lo, hi = (float(v) for v in torch.aminmax(images.detach().float()))
+        if not (0.0 <= lo and hi <= 1.0):       # also NaN, which fails both comparisons
+            raise ValueError(f"{name} holds floats from {lo:g} to {hi:g}: float pixels must already be in [0, 1] "
+                             f"(uint8 pixels are divided by 255 here, floats are not); if they are 0-255 values, "
+                             f"pass {name} / 255")
+    return images if images.dtype == torch.float32 else images.float()
+
+
+
+def to_features(images: Any, name: str = "images") -> Any:
+    """``N x 28 x 28`` images -> float32 ``N x 784`` in [0, 1], what ``ToTensor`` + ``reshape`` give per sample,
+    done once for the whole tensor: uint8 pixels are divided by 255, float pixels (already in [0, 1]) are kept
+    as they are, never scaled twice; the caller's tensor is never modified. Floats outside [0, 1] are a
+    ``ValueError`` saying how to scale them.
 
     Example:
         >>> import torch
-        >>> to_features(torch.full((2, 28, 28), 255, dtype=torch.uint8)).shape, float(to_features(torch.full((1, 28, 28), 255, dtype=torch.uint8)).max())
-        (torch.Size([2, 784]), 1.0)
+        >>> u8 = torch.full((2, 28, 28), 255, dtype=torch.uint8)
+        >>> to_features(u8).shape, float(to_features(u8).max()), float(to_features(u8.float() / 255).max())
+        (torch.Size([2, 784]), 1.0, 1.0)
     """
-    return images.reshape(images.shape[0], -1).float().div_(255.0)
+    import torch
+
+    images = check_pixels(images, name)
+    flat = images.reshape(images.shape[0], -1)
+    return flat.to(torch.float32).div(255.0) if images.dtype == torch.uint8 else flat

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Sequence
 
+from .._check import flag, texts
 from .._tf import quiet_cpp_extension_log
 
 __all__ = ["BuildSupport", "cuda_build_support", "Extension", "cpp_extension"]
@@ -136,6 +137,28 @@ def _ensure_ninja() -> None:
             raise RuntimeError("torch's C++ extensions need the ninja build tool: pip install ninja") from None
 
 
+def _sources(name: str, value: Any) -> list[str]:
+    """One source text or a list of them, as a list of texts."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return list(value)
+    raise TypeError(f"{name} must be source code: a text or a list of texts, got {value!r:.60}")
+
+
+def _function_names(name: str, value: Any, sources: Sequence[str]) -> list[str]:
+    """Function names to bind, each a C++ identifier found in ``sources`` (a typo fails here, not in the linker)."""
+    names = list(texts(name, value))
+    code = "\n".join(sources)
+    for f in names:
+        if not f.isidentifier():
+            raise ValueError(f"{name}: {f!r} is not a C++ function name")
+        if not re.search(rf"\b{re.escape(f)}\s*\(", code):
+            raise ValueError(f"{name}: {f!r} is not declared in the sources: declare it in cpp_sources "
+                             "(torch::Tensor f(torch::Tensor x);) so it can be bound")
+    return names
+
+
 def cpp_extension(name: str, cpp_sources: str | Sequence[str], functions: Sequence[str], *,
                   cuda_sources: str | Sequence[str] | None = None, cuda_functions: Sequence[str] = (),
                   extra_cflags: Sequence[str] = ("-O3",), verbose: bool = False) -> Extension:
@@ -150,16 +173,21 @@ def cpp_extension(name: str, cpp_sources: str | Sequence[str], functions: Sequen
         >>> ext.module.twice(torch.ones(2))                                     # doctest: +SKIP
         tensor([2., 2.])
     """
-    if not name.isidentifier():
+    if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"name must be a Python identifier (it becomes the module's name), got {name!r}")
+    cpp = _sources("cpp_sources", cpp_sources)
+    cuda = _sources("cuda_sources", cuda_sources) if cuda_sources is not None else []
+    functions = _function_names("functions", functions, cpp)
     if not functions:
         raise ValueError("functions must name at least one C++ function to bind")
+    cuda_functions = _function_names("cuda_functions", cuda_functions, cpp + cuda)
+    extra_cflags = texts("extra_cflags", extra_cflags)
+    flag("verbose", verbose)
     with quiet_cpp_extension_log():
         from torch.utils import cpp_extension as ce
     _ensure_ninja()
     support = cuda_build_support() if cuda_sources else BuildSupport(False, "no CUDA source given")
     with_cuda = bool(cuda_sources) and support.ok
-    cpp = [cpp_sources] if isinstance(cpp_sources, str) else list(cpp_sources)
     kwargs: dict[str, Any] = dict(name=name, cpp_sources=cpp, functions=list(functions), extra_cflags=list(extra_cflags),
                                   verbose=verbose)
     if with_cuda:

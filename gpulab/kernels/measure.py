@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
-from .._check import checked
+from .._check import checked, text, texts
 from .._format import fmt_bytes, html_table, text_table
 
 __all__ = ["KernelCheck", "check_kernel", "bench_kernel", "Traffic", "traffic", "autotune", "Tuning", "tuning"]
@@ -209,7 +209,7 @@ def _recording_launches(kernels: Sequence[Any], log: list[tuple[str, int]]) -> I
         for k in kernels:
             run = getattr(k, "run", None)
             if run is None:
-                raise TypeError(f"{k!r} is not a Triton kernel (no .run): pass the @triton.jit function")
+                raise TypeError(f"kernels: {k!r:.60} is not a Triton kernel (no .run): pass the @triton.jit function")
             name = getattr(getattr(k, "fn", k), "__name__", None) or getattr(k, "__name__", "kernel")
 
             def recorded(*args: Any, _run: Any = run, _name: str = name, **kwargs: Any) -> Any:
@@ -243,6 +243,11 @@ def traffic(fn: Callable[..., Any], *args: Any, kernels: Sequence[Any] = (), lab
 
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    if isinstance(kernels, (str, bytes)) or not isinstance(kernels, (list, tuple)):
+        raise TypeError(f"kernels must be a list of the Triton kernels fn launches (the @triton.jit functions), "
+                        f"got {kernels!r:.60}")
+    if label is not None:
+        text("label", label, empty=False)
     launches: list[tuple[str, int]] = []
     with _recording_launches(list(kernels), launches):
         work = count_work(fn, *args, **kwargs)
@@ -286,9 +291,21 @@ def autotune(configs: Sequence[Any], key: Sequence[str], backend: Any = None) ->
 
     import triton
 
+    if isinstance(configs, (str, bytes)) or not isinstance(configs, (list, tuple)):
+        raise TypeError(f"configs must be a list of triton.Config, got {configs!r:.60}")
     configs = list(configs)
     if not configs:
-        raise ValueError("autotune needs at least one triton.Config")
+        raise ValueError("configs is empty: autotune needs at least one triton.Config")
+    bad = [c for c in configs if not isinstance(c, triton.Config)]
+    if bad:
+        raise TypeError(f"configs must be triton.Config objects, like triton.Config({{'BLOCK': 1024}}), got {bad[0]!r:.60}")
+    key = texts("key", key)
+    from .backends import KernelBackend
+
+    if backend is not None and not isinstance(backend, KernelBackend):
+        raise TypeError(f"backend must be gl.kernels.triton_backend()'s KernelBackend or None, got {backend!r:.60}")
+    if backend is not None and backend.library != "triton":
+        raise ValueError(f"backend is {backend.library!r}: autotune tunes Triton kernels, use triton_backend()")
     simulated = backend.simulated if backend is not None else os.environ.get("TRITON_INTERPRET", "0") == "1"
     if not simulated:
         return triton.autotune(configs=configs, key=list(key))
@@ -354,7 +371,8 @@ def tuning(kernel: Any) -> Tuning:
     name = getattr(getattr(kernel, "fn", kernel), "__name__", "kernel")
     best = getattr(kernel, "best_config", None)
     if best is None:
-        raise ValueError(f"{name} has not been launched yet (or is not autotuned): launch it once, then ask")
+        raise ValueError(f"kernel {name} has not been launched yet (or is not autotuned with gl.kernels.autotune): "
+                         "launch it once, then ask")
     timings = getattr(kernel, "configs_timings", None) or {}
     if isinstance(kernel, _UntunedKernel):
         why = _ONE_CONFIG_WHY if len(kernel.configs) == 1 else _INTERPRETER_WHY

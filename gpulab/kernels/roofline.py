@@ -28,9 +28,15 @@ class KernelWork:
     measurement: Any = None
 
     def __post_init__(self) -> None:
-        if self.flops < 0 or self.bytes_moved <= 0:
-            raise ValueError(f"{self.label!r}: flops must be >= 0 and bytes_moved > 0, got flops={self.flops!r}, "
-                             f"bytes_moved={self.bytes_moved!r}")
+        from .._check import positive, text
+        from ..timing import Measurement
+
+        text("label", self.label, empty=False)
+        positive("flops", self.flops, allow_zero=True, unit="FLOPs per launch")
+        positive("bytes_moved", self.bytes_moved, unit="bytes per launch")
+        if self.measurement is not None and not isinstance(self.measurement, Measurement):
+            raise TypeError(f"measurement must be a gl.Measurement (gl.kernels.bench_kernel's) or None, got "
+                            f"{self.measurement!r:.60}")
 
 
 @dataclass(frozen=True)
@@ -123,6 +129,8 @@ def kernel_roofline(kernels: Sequence[KernelWork], *, gpu: str = "T4", limits: A
         spec = gpu_spec(gpu)
     except (KeyError, TypeError) as e:
         raise ValueError(f"gpu={gpu!r}: {e.args[0] if e.args else e}") from None
+    if limits is not None and not (hasattr(limits, "bandwidth_bytes_per_s") and callable(getattr(limits, "peak_flops", None))):
+        raise TypeError(f"limits must be gl.machine_limits()'s MachineLimits or None, got {limits!r:.60}")
     peak, bw = spec.fp32_flops, spec.bandwidth_bytes_per_s
     compiled = {k.label: k.measurement for k in kernels if k.measurement is not None
                 and getattr(k.measurement, "device", "cpu").startswith("cuda")

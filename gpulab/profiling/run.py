@@ -1,6 +1,9 @@
 """profile(): torch.profiler over a few steps of a function, summarised."""
 from __future__ import annotations
 
+import contextlib
+import functools
+import inspect
 import os
 import re
 import statistics
@@ -8,7 +11,7 @@ import time
 import warnings
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from .._check import checked, flag, whole
 from .events import (LONG_OP_S, PHASES, SYNC_CALLS, OpStat, _counts_device_time, _device_attr, _interval_s, _is_device_event,
@@ -32,6 +35,130 @@ def _cuda_allocs(torch: Any) -> int:
         return int(stats.get("allocation.all.allocated", stats.get("allocated.all.allocated", 0)))
     except Exception:
         return 0
+
+
+def _lazy_kind(fn: Any) -> str | None:
+    """What calling ``fn`` makes instead of running it: "a generator function", "an async function", "an async
+    generator function" (also behind ``functools.partial`` or an object's ``__call__``), or None."""
+    target = fn
+    while isinstance(target, functools.partial):
+        target = target.func
+    candidates = [target] if inspect.isroutine(target) or inspect.isclass(target) else \
+        [target, getattr(type(target), "__call__", None)]
+    for c in candidates:
+        if c is None:
+            continue
+        if inspect.isasyncgenfunction(c):
+            return "an async generator function"
+        if inspect.iscoroutinefunction(c):
+            return "an async function"
+        if inspect.isgeneratorfunction(c):
+            return "a generator function"
+    return None
+
+
+def refuse_lazy_fn(fn: Any, caller: str, name: str = "fn") -> None:
+    """Refuse a generator or async function before any work: calling it runs none of its body."""
+    kind = _lazy_kind(fn)
+    if kind is None:
+        return
+    made, hint = {"a generator function": ("a generator", "lambda: list(f())"),
+                  "an async function": ("a coroutine", "lambda: asyncio.run(f())"),
+                  "an async generator function": ("an async generator", "a function that runs asyncio.run on a "
+                                                  "coroutine iterating it to the end")}[kind]
+    raise TypeError(f"{name} is {kind} ({getattr(fn, '__name__', type(fn).__name__)}): calling it only makes {made} "
+                    f"and runs none of its body, so {caller} would measure no work. Pass a plain function that runs "
+                    f"the step, e.g. {hint}, or drop the yield/async")
+
+
+def refuse_lazy_result(out: Any, caller: str, name: str = "fn") -> None:
+    """Refuse what a call of ``name`` returned when it is a generator or coroutine (no work ran); it is closed
+    first, so Python does not warn that a coroutine was never awaited."""
+    if inspect.isgenerator(out) or inspect.iscoroutine(out):
+        what = "a generator" if inspect.isgenerator(out) else "a coroutine"
+        out.close()
+    elif inspect.isasyncgen(out):
+        what = "an async generator"
+    else:
+        return
+    raise TypeError(f"{name}() returned {what} ({type(out).__name__}) without running it, so {caller} would measure no "
+                    f"work: make {name} run it (e.g. lambda: list(gen()) or lambda: asyncio.run(coro())) or return "
+                    "its result")
+
+
+def _meta_tensors(obj: Any, torch: Any) -> list[str]:
+    """The meta-device parameters and buffers of a module, or a meta tensor itself, by name."""
+    if isinstance(obj, torch.Tensor):
+        return ["tensor"] if obj.is_meta else []
+    if isinstance(obj, torch.nn.Module):
+        named = [*obj.named_parameters(), *obj.named_buffers()]
+        return [n for n, t in named if t.is_meta]
+    return []
+
+
+def _refuse_meta_fn(fn: Any, torch: Any) -> None:
+    """Refuse a model, or a function whose closure, bound object or globals hold a model or tensor, on the meta
+    device (it has shapes but no data: its operators compute nothing)."""
+    seen: list[tuple[str, Any]] = [("fn", fn), ("fn's object", getattr(fn, "__self__", None))]
+    code = getattr(fn, "__code__", None)
+    if code is not None:
+        cells = getattr(fn, "__closure__", None) or ()
+        seen += [(f"fn's {n}", c.cell_contents) for n, c in zip(code.co_freevars, cells)
+                 if not _empty_cell(c)]
+        names = getattr(fn, "__globals__", {})
+        seen += [(f"fn's global {n}", names[n]) for n in code.co_names if n in names]
+    for where, obj in seen:
+        meta = _meta_tensors(obj, torch)
+        if meta:
+            raise ValueError(f"{where} is on the meta device ({', '.join(meta[:3])}"
+                             f"{', ...' if len(meta) > 3 else ''}): meta tensors hold shapes but no data, so no work "
+                             "would run and the profile would judge nothing. Move it to a real device first "
+                             "(model.to_empty(device='cpu') then load the weights, or build it on 'cpu'/'cuda')")
+
+
+def _empty_cell(cell: Any) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:
+        return True
+    return False
+
+
+def _checked_first_call(fn: Callable[[], Any], torch: Any, probe: bool) -> Callable[[], Any]:
+    """``fn`` whose first call is checked: what it returns (a generator or coroutine: no work ran; a meta tensor)
+    and, with ``probe`` (the counted warm-up call, already under a dispatch mode and unrecorded), whether any of
+    its operators made a meta tensor."""
+    done: list[bool] = []
+
+    def call() -> Any:
+        if done:
+            return fn()
+        done.append(True)
+        meta: list[str] = []
+        if probe:
+            from torch.utils._python_dispatch import TorchDispatchMode
+
+            class _Meta(TorchDispatchMode):
+                def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+                    out = func(*args, **(kwargs or {}))
+                    if not meta and isinstance(out, torch.Tensor) and out.is_meta:
+                        meta.append(f"the output of {func._overloadpacket.__name__}")
+                    return out
+
+            with _Meta():
+                out = fn()
+        else:
+            out = fn()
+        refuse_lazy_result(out, "profile")
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        meta += [f"its result{'' if o is out else f' [{i}]'}" for i, o in enumerate(outs)
+                 if isinstance(o, torch.Tensor) and o.is_meta][:1]
+        if meta:
+            raise ValueError(f"fn's operators ran on the meta device ({meta[0]} is a meta tensor): meta tensors "
+                             "hold shapes but no data, so no work ran and the profile would judge nothing. Move the "
+                             "model and inputs to a real device (model.to_empty(device='cpu') then load the weights)")
+        return out
+    return call
 
 
 @checked(fn="fn", trace_dir="path", device="device")
@@ -58,11 +185,17 @@ def profile(fn: Callable[[], Any], steps: int = 5, warmup: int = 1, *, label: st
     ``limits`` (default: :func:`gpulab.machine_limits` of the device, measured once per process; ``False``
     for none) gives the ceilings to compare the step with. With ``warmup=0`` nothing is counted. The same
     call notes the tensors it made, to tell afterwards whether a step's graph outlives it (a leak).
+
+    A step that would run no work is refused with a ``TypeError``/``ValueError`` naming ``fn``: a generator or async
+    function, a call that returns a generator or coroutine (closed unrun), or a model or tensors on the ``meta``
+    device (found in ``fn``, its closure or globals, or in the counted warm-up call's operators and result).
+    ``KINETO_LOG_LEVEL`` is set only while the call runs (unless already set) and restored afterwards.
     """
     if not callable(fn):
         raise TypeError(f"profile needs a callable running one step, got {type(fn).__name__}")
-    whole("steps", steps)
-    whole("warmup", warmup, low=0)
+    refuse_lazy_fn(fn, "profile")
+    steps = whole("steps", steps)
+    warmup = whole("warmup", warmup, low=0)
     flag("memory", memory)
     flag("count_work", count_work)
     flag("record_shapes", record_shapes)
@@ -73,6 +206,34 @@ def profile(fn: Callable[[], Any], steps: int = 5, warmup: int = 1, *, label: st
     if not isinstance(label, str) or not label:
         raise TypeError(f"label must be a non-empty string, got {label!r}")
     torch = _torch()
+    _refuse_meta_fn(fn, torch)
+    with _kineto_quiet():
+        return _profile(_checked_first_call(fn, torch, probe=count_work and warmup >= 1), steps, warmup, label=label, memory=memory,
+                        record_shapes=record_shapes, trace=trace, trace_dir=trace_dir, device=device, limits=limits,
+                        count_work=count_work)
+
+
+@contextlib.contextmanager
+def _kineto_quiet() -> Iterator[None]:
+    """``KINETO_LOG_LEVEL`` set for the duration of a call (unless the caller set it) and restored afterwards,
+    also on an error: absent stays absent. kineto logs VERBOSE 0 .. ERROR 4, USDT 5 (a "profiler_start/stop" pair
+    on every run since torch 2.14); 6 silences them: missing device events are checked and reported by
+    check_device_events instead."""
+    before = os.environ.get("KINETO_LOG_LEVEL")
+    if before is None:
+        os.environ["KINETO_LOG_LEVEL"] = "6"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("KINETO_LOG_LEVEL", None)
+        else:
+            os.environ["KINETO_LOG_LEVEL"] = before
+
+
+def _profile(fn: Callable[[], Any], steps: int, warmup: int, *, label: str, memory: bool, record_shapes: bool,
+             trace: bool, trace_dir: Any, device: Any, limits: Any, count_work: bool) -> ProfileSummary:
+    torch = _torch()
     from torch.profiler import ProfilerActivity, schedule
 
     from ..system import device_kind
@@ -80,9 +241,6 @@ def profile(fn: Callable[[], Any], steps: int = 5, warmup: int = 1, *, label: st
     kind = device_kind() if device is None else torch.device(device).type
     cuda = kind == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    # kineto logs VERBOSE 0 .. ERROR 4, USDT 5 (a "profiler_start/stop" pair on every run since torch 2.14);
-    # 6 silences them: missing device events are checked and reported by check_device_events instead
-    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
     path: list[str] = []
 
     def on_ready(prof: Any) -> None:

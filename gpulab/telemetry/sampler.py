@@ -17,6 +17,7 @@ import io
 import logging
 import threading
 import time
+import warnings
 import weakref
 from typing import Any, Callable, Iterator
 
@@ -27,6 +28,7 @@ __all__ = ["Monitor"]
 
 log = logging.getLogger("gpulab")
 _said_host_only = False
+_STILL_FINISHING = "the sampling thread was still finishing"
 
 
 class Monitor:
@@ -35,7 +37,7 @@ class Monitor:
     Use as ``with gl.Monitor(interval=0.1, live=True) as mon: train()`` or ``mon.start()`` /
     ``mon.stop()``. ``mon.trace`` is the recorded :class:`Trace` (a snapshot while running).
     ``mon.mark("eval")`` marks a moment; ``with mon.phase("data"): ...`` marks a span, and phases
-    named ``data*`` feed the data-loading share of ``trace.diagnose()``.
+    named ``data*`` feed the data-loading share of ``trace.diagnose()`` (both need a started Monitor).
 
     The thread is a daemon, stops on ``stop()``, on leaving the ``with`` block (also on an exception
     or KeyboardInterrupt, keeping what was sampled) and at interpreter exit. ``live=True`` redraws one
@@ -86,12 +88,28 @@ class Monitor:
 
     @property
     def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        """Sampling: started and not yet asked to stop (a thread still finishing after ``stop()`` is not)."""
+        return self._thread is not None and self._thread.is_alive() and not self._stop.is_set()
+
+    @property
+    def finishing(self) -> bool:
+        """``stop()`` was called, but its join timed out: the sampling thread is still finishing a (slow) sample.
+        ``stop()`` again waits for it; ``start()`` waits up to ``START_WAIT_S`` and otherwise refuses."""
+        return self._thread is not None and self._thread.is_alive() and self._stop.is_set()
+
+    START_WAIT_S = 5.0
 
     def start(self) -> "Monitor":
-        """Start sampling (raises ``RuntimeError`` if already running)."""
+        """Start sampling (raises ``RuntimeError`` if already running, or if the thread of a ``stop()`` that timed
+        out is still finishing after ``START_WAIT_S`` more seconds)."""
         if self.running:
             raise RuntimeError("this Monitor is already running; stop() it first or use a new one")
+        if self.finishing:
+            self._thread.join(self.START_WAIT_S)            # type: ignore[union-attr]
+            if self._thread.is_alive():                      # type: ignore[union-attr]
+                raise RuntimeError("this Monitor's previous sampler is still finishing a sample (its stop() timed "
+                                   f"out, and {self.START_WAIT_S:g} s more were not enough): call mon.stop() again "
+                                   "to wait for it, or use a new Monitor")
         from .host import HostSampler
 
         host = HostSampler()
@@ -99,6 +117,7 @@ class Monitor:
         with self._lock:
             self._rows, self._marks, self._cpu_s, self._t_end = [], [], 0.0, None
             self._failed, self._first_error = {}, None
+            self._notes = [n for n in self._notes if not n.startswith(_STILL_FINISHING)]
         self._stop.clear()
         self._t0 = time.monotonic()
         self._thread = threading.Thread(target=self._run, args=(host, samplers), name="gpulab-monitor", daemon=True)
@@ -110,7 +129,10 @@ class Monitor:
         return self
 
     def stop(self, timeout: float = 5.0) -> Trace:
-        """Stop sampling and return the :class:`Trace` (safe to call twice); ``timeout`` bounds each thread's join."""
+        """Stop sampling and return the :class:`Trace` (safe to call twice); ``timeout`` bounds each thread's join.
+
+        If the sampling thread is still in a (slow) sample after ``timeout``, a ``RuntimeWarning`` says so, the
+        trace's notes say so, and ``finishing`` is True: call ``stop()`` again to wait for it."""
         positive("timeout", timeout, unit="seconds")
         self._stop.set()
         for t in (self._thread, self._live_thread):
@@ -118,7 +140,16 @@ class Monitor:
                 t.join(timeout)
         if self._t_end is None and self._thread is not None:
             self._t_end = time.monotonic()
-        _ACTIVE.discard(self)
+        with self._lock:
+            self._notes = [n for n in self._notes if not n.startswith(_STILL_FINISHING)]
+        if self.finishing and self._thread is not threading.current_thread():
+            note = (f"{_STILL_FINISHING} {timeout:g} s after stop(): a sample is taking long; call stop() again to "
+                    "wait for it")
+            with self._lock:
+                self._notes.append(note)
+            warnings.warn(f"gpulab.Monitor: {note}", RuntimeWarning, stacklevel=2)
+        else:
+            _ACTIVE.discard(self)
         trace = self.trace
         if self.live and self._display is not None:
             self._show(trace)  # the final frame, drawn once more by the caller's thread
@@ -126,21 +157,26 @@ class Monitor:
 
     # ---- marks -------------------------------------------------------------------------------
     def mark(self, name: str) -> None:
-        """Mark this moment (a phase that lasts until the next mark)."""
-        self._marks.append(Mark(text("name", name, empty=False), self._now()))
+        """Mark this moment (a phase that lasts until the next mark). The Monitor must have been started."""
+        text("name", name, empty=False)
+        self._marks.append(Mark(name, self._now("mark")))
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        """Mark a span: ``with mon.phase("data"): batch = next(it)``."""
+        """Mark a span: ``with mon.phase("data"): batch = next(it)``. The Monitor must have been started."""
         text("name", name, empty=False)
-        start = self._now()
+        start = self._now("phase")
         try:
             yield
         finally:
             self._marks.append(Mark(str(name), start, self._now()))
 
-    def _now(self) -> float:
-        return time.monotonic() - self._t0 if self._t0 else 0.0
+    def _now(self, what: str = "") -> float:
+        if not self._t0:
+            raise RuntimeError(f"mon.{what or 'mark'}() before the Monitor started: its time would land at t=0, before "
+                               "any sample. Start it first: mon.start(), or `with gl.Monitor() as mon:` around the "
+                               "marked code")
+        return time.monotonic() - self._t0
 
     # ---- the recorded trace ------------------------------------------------------------------
     @property

@@ -11,6 +11,7 @@ Example:
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -170,8 +171,9 @@ class Trace:
 
     def __post_init__(self) -> None:
         n = self.failed_samples
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
             raise ValueError(f"failed_samples must be a count (an int >= 0), got {n!r}")
+        object.__setattr__(self, "failed_samples", int(n))
         if self.failed_by_device and sum(self.failed_by_device.values()) != n:
             raise ValueError(f"failed_by_device {self.failed_by_device!r} must add up to failed_samples={n}: pass "
                              "failed_samples=sum(failed_by_device.values())")

@@ -18,11 +18,19 @@ gl.tracking.load_trace("bf16").diagnose()     # the logged telemetry rebuilt: re
 :func:`ui_commands` gives the two commands. ``run.py`` logs a run (:func:`track`, :class:`Run`,
 :class:`TrackedRun`), ``query.py`` reads runs back (:func:`runs`, :func:`load_trace`), ``ui.py`` builds the
 UI commands, and ``_store.py`` is the only place that imports MLflow and writes TensorBoard event files
-(with the tensorboard package alone: neither TensorFlow nor torch is imported). MLflow is imported only
-when a run starts (~1-2 s) and its INFO logs are silenced per call; mlflow's global tracking URI and
-active run are never changed, so your own ``mlflow`` calls are undisturbed. (MLflow sends anonymous usage
-statistics unless ``MLFLOW_DISABLE_TELEMETRY=true`` or ``DO_NOT_TRACK=true`` is set; gpulab leaves that
-choice to you.)
+(with the tensorboard package alone: neither TensorFlow nor torch is imported). ``_guard.py`` keeps the
+store sound: processes starting on one fresh runs folder create it one at a time (a lock file beside it),
+a folder, a foreign or a damaged file is a clear ValueError, reads look at the file read-only first (they
+never write), and a run left RUNNING by a process that is gone reads as ``DEAD``. ``_flusher.py`` sends each
+run's points to both stores within about a second from a thread of the run, and ends runs still open at
+exit as KILLED. MLflow is imported only when a run starts (~1-2 s) and its INFO logs are silenced per call;
+mlflow's global tracking URI and active run are never changed, so your own ``mlflow`` calls are
+undisturbed. Everything gl.tracking writes stays under the runs folder. MLflow decides once, when it is
+imported, whether to send anonymous usage statistics (and to keep an id in ``~/.config/mlflow``): when
+gl.tracking imports it first and neither ``MLFLOW_DISABLE_TELEMETRY`` nor ``DO_NOT_TRACK`` is set, it is
+imported with them off, for the whole process (no environment variable is left changed); set
+``MLFLOW_DISABLE_TELEMETRY=false`` to keep MLflow's default. If your code imports ``mlflow`` before
+gl.tracking does, MLflow's own setting applies to gl.tracking's calls too.
 
 Example:
     >>> import shutil, tempfile, gpulab as gl

@@ -26,12 +26,17 @@ import numbers
 import os
 import posixpath
 import re
+import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Iterator
 
-__all__ = ["resolve_root", "tracking_uri", "import_mlflow", "quiet", "client", "experiment_id", "check_key",
-           "check_path", "EventWriter", "trace_files", "trace_from_files", "trace_points"]
+from . import _guard
+
+__all__ = ["resolve_root", "tracking_uri", "import_mlflow", "quiet", "client", "open_store", "read_store",
+           "refusing", "experiment_id", "check_key", "check_path", "EventWriter", "trace_files", "trace_from_files",
+           "trace_points"]
 
 ROOT_ENV = "GPULAB_RUNS"
 TELEMETRY = "telemetry/"                 # metric keys of a logged trace start with this
@@ -59,37 +64,60 @@ def tracking_uri(root: Path) -> str:
     return f"sqlite:///{(root / 'mlflow.db').as_posix()}"
 
 
+_TELEMETRY_ENV = ("MLFLOW_DISABLE_TELEMETRY", "DO_NOT_TRACK")
+_import_lock = threading.Lock()
+
+
 def import_mlflow() -> Any:
-    """``import mlflow``, or one ImportError that says how to install it."""
-    try:
-        import mlflow
-    except ImportError as e:
-        raise ImportError("gl.tracking logs runs to MLflow, which is not installed: pip install mlflow "
-                          "(or pip install 'gpulab[tracking]'); track(..., mlflow=False) logs to TensorBoard "
-                          "only") from e
+    """``import mlflow``, or one ImportError that says how to install it. When gl.tracking is the first to
+    import it and neither ``MLFLOW_DISABLE_TELEMETRY`` nor ``DO_NOT_TRACK`` is set, MLflow is imported with
+    its usage statistics off (``MLFLOW_DISABLE_TELEMETRY=true`` for the import alone, then unset again): MLflow
+    decides once, on import, and then neither writes ``~/.config/mlflow/telemetry.json`` nor sends records."""
+    with _import_lock:
+        fresh = "mlflow" not in sys.modules
+        off = fresh and not any(name in os.environ for name in _TELEMETRY_ENV)
+        if off:
+            os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
+        try:
+            import mlflow
+        except ImportError as e:
+            raise ImportError("gl.tracking logs runs to MLflow, which is not installed: pip install mlflow "
+                              "(or pip install 'gpulab[tracking]'); track(..., mlflow=False) logs to TensorBoard "
+                              "only") from e
+        finally:
+            if off:
+                os.environ.pop("MLFLOW_DISABLE_TELEMETRY", None)
     return mlflow
+
+
+_quiet_lock = threading.Lock()
+_quiet_depth = 0
+_quiet_saved: list[tuple[logging.Logger, int]] = []
 
 
 @contextlib.contextmanager
 def quiet() -> Iterator[None]:
     """MLflow's and alembic's INFO logs ("Creating initial MLflow database tables...") silenced for the
-    duration, and the deprecation warnings MLflow's own code raises inside its dependencies (SQLAlchemy); the
-    loggers' levels and the warning filters are restored afterwards."""
-    import warnings
-
-    saved = []
-    for name in ("mlflow", "alembic"):
-        logger = logging.getLogger(name)
-        saved.append((logger, logger.level))
-        if logger.getEffectiveLevel() < logging.WARNING:
-            logger.setLevel(logging.WARNING)
+    duration. Safe across threads: the levels are raised by the first of overlapping calls and restored by
+    the last. (MLflow's own deprecation warnings, raised inside SQLAlchemy on import, are attributed to
+    MLflow's modules, which Python's default warning filters already ignore; the filters are left alone.)"""
+    global _quiet_depth
+    with _quiet_lock:
+        if _quiet_depth == 0:
+            _quiet_saved[:] = [(logger, logger.level) for logger in map(logging.getLogger, ("mlflow", "alembic"))]
+            for logger, _ in _quiet_saved:
+                if logger.getEffectiveLevel() < logging.WARNING:
+                    logger.setLevel(logging.WARNING)
+        _quiet_depth += 1
     try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"mlflow(\.|$)")
-            yield
+        yield
     finally:
-        for logger, level in saved:
-            logger.setLevel(level)
+        with _quiet_lock:
+            _quiet_depth -= 1
+            if _quiet_depth == 0:
+                for logger, level in _quiet_saved:
+                    logger.setLevel(level)
+                _quiet_saved.clear()
 
 
 def client(uri: str) -> Any:
@@ -99,6 +127,90 @@ def client(uri: str) -> Any:
 
     with quiet():                      # the first use of a store creates its tables (INFO logs)
         return MlflowClient(tracking_uri=uri)
+
+
+def open_store(root: Path, experiment: str) -> tuple[Any, str]:
+    """A client on ``root/mlflow.db`` and the id of ``experiment`` (created when missing), for logging: the store
+    is created under the runs folder's lock (two processes starting on a fresh folder would both create
+    its tables), with one more try on MLflow's schema race (a few where there is no lock). A folder, a file
+    that is not SQLite or a damaged store is a ValueError naming the file and the fix."""
+    db = root / _guard.DB
+    _guard.check_db(db)
+    uri = tracking_uri(root)
+    import_mlflow()
+    tries = 2 if _guard.HAVE_LOCK else 5
+    for attempt in range(tries):
+        try:
+            with _guard.store_lock(root):
+                c = client(uri)
+                return c, experiment_id(c, experiment, root)
+        except ValueError:
+            raise
+        except Exception as e:
+            if attempt + 1 >= tries or not _guard.is_race(e):
+                with refusing(db):
+                    raise
+            _forget(uri)
+            _guard.pause(attempt)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def read_store(db: Path) -> tuple[Any, str]:
+    """A client on the SQLite store ``db`` for reading, and its URI; nothing is written: the file is looked at
+    read-only first, and a missing, empty or table-less file, one written by another MLflow schema or one that
+    is not SQLite is a ValueError (MLflow would create or migrate its tables)."""
+    root = db.parent
+    if not db.exists():
+        raise ValueError(f"no MLflow store at {db}: gl.tracking.track(..., root={str(root)!r}) creates it when it "
+                         f"logs a run (root defaults to ${ROOT_ENV}, else ./runs)")
+    import_mlflow()
+    _guard.check_db(db)
+    if not _guard.has_tables(db):
+        raise ValueError(f"no runs logged in {db} yet (it holds no MLflow tables): gl.tracking.track(..., "
+                         f"root={str(root)!r}) logs one")
+    found, head = _guard.schema_version(db), _head_revision()
+    if head is not None and found != head:
+        raise ValueError(f"{db} was written by another MLflow version (schema {found}, this MLflow reads {head}): "
+                         f"after a backup, `mlflow db upgrade sqlite:///{db.as_posix()}` migrates it")
+    uri = f"sqlite:///{db.as_posix()}"
+    with refusing(db):
+        return client(uri), uri
+
+
+def _head_revision() -> str | None:
+    try:
+        from mlflow.store.db.utils import _get_latest_schema_revision
+
+        return _get_latest_schema_revision()
+    except Exception:                  # another MLflow layout: MLflow's own check decides
+        return None
+
+
+@contextlib.contextmanager
+def refusing(db: Path) -> Iterator[None]:
+    """SQLite's (or SQLAlchemy's) database errors raised inside, as one ValueError naming the store ``db`` and
+    the fix; MLflow's cached engine on it is dropped, so that a store moved away and made again opens afresh."""
+    try:
+        yield
+    except ValueError:
+        raise
+    except Exception as e:
+        out = _guard.damaged(db, e)
+        if out is e:
+            raise
+        _forget(f"sqlite:///{db.as_posix()}")
+        raise out from None
+
+
+def _forget(uri: str) -> None:
+    try:
+        from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+        engine = SqlAlchemyStore._engine_map.pop(uri, None)
+        if engine is not None:
+            engine.dispose()
+    except Exception:                  # another MLflow layout: nothing cached to drop
+        pass
 
 
 def experiment_id(mlflow_client: Any, name: str, root: Path | None = None) -> str:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from .._format import NA, TableView, fmt_number
-from . import _store
+from . import _guard, _store
 from .run import TrackedRun
 
 __all__ = ["runs", "RunTable", "load_trace"]
@@ -41,7 +41,8 @@ class RunTable(TableView):
     """An experiment's runs (immutable), oldest first: name, status, start time, parameters, the latest
     value of each metric (telemetry left out) and whether a trace was logged. Made by :func:`runs`;
     ``to_dataframe()`` gives one row per run (columns ``params.<name>`` and ``metrics.<name>``, like
-    ``mlflow.search_runs``)."""
+    ``mlflow.search_runs``). A run whose status is ``DEAD`` was left RUNNING by a process on this machine
+    that is gone: its process ended without closing it; metrics up to its last flush are kept."""
 
     experiment: str
     tracking_uri: str
@@ -85,24 +86,22 @@ class RunTable(TableView):
         n = len(self.rows)
         footer = (f"{n} run{'' if n == 1 else 's'} in {self.tracking_uri}; params: {', '.join(params) or 'none'}; metrics: "
                   "the latest value; gl.tracking.load_trace(name) replays a logged trace")
+        if any(r.status == _guard.DEAD for r in self.rows):
+            footer += f"; {_guard.DEAD_NOTE}"
         return header, rows, footer
 
 
 def _open(root: Any) -> tuple[Any, str]:
-    root = _store.resolve_root(root)
-    db = root / "mlflow.db"
-    if not db.is_file():
-        raise ValueError(f"no MLflow store at {db}: gl.tracking.track(..., root={str(root)!r}) creates it when it "
-                         f"logs a run (root defaults to ${_store.ROOT_ENV}, else ./runs)")
-    uri = _store.tracking_uri(root)
-    return _store.client(uri), uri
+    """A client on the store under ``root`` for reading, and its URI: nothing in the store is written."""
+    return _store.read_store(_store.resolve_root(root) / _guard.DB)
 
 
 def _record(run: Any, experiment: str, uri: str) -> TrackedRun:
     tags = run.data.tags
     tb = tags.get(_store.TB_TAG)
     start = run.info.start_time
-    return TrackedRun(run.info.run_name or run.info.run_id, experiment, run.info.run_id, run.info.status, uri,
+    status = _guard.status(run.info.status, tags)
+    return TrackedRun(run.info.run_name or run.info.run_id, experiment, run.info.run_id, status, uri,
                       Path(tb) if tb else None, dict(run.data.params),
                       {k: v for k, v in run.data.metrics.items() if not k.startswith(_store.TELEMETRY)}, None,
                       tags.get(_store.TRACE_TAG) == "1",
@@ -111,7 +110,9 @@ def _record(run: Any, experiment: str, uri: str) -> TrackedRun:
 
 def runs(experiment: str = "gpulab", root: str | Path | None = None) -> RunTable:
     """The runs of ``experiment`` in the store under ``root`` (default ``$GPULAB_RUNS``, else ``./runs``) as a
-    :class:`RunTable`, oldest first. A missing store or experiment is a ValueError naming what exists.
+    :class:`RunTable`, oldest first. A missing store or experiment is a ValueError naming what exists; the
+    store is only read (a file that holds no runs yet stays as it was). A run left RUNNING by a process that
+    is gone reads as ``DEAD``.
 
     Example:
         >>> import shutil, tempfile, gpulab as gl
@@ -129,7 +130,7 @@ def runs(experiment: str = "gpulab", root: str | Path | None = None) -> RunTable
     client, uri = _open(root)
     exp = _store.experiment_id(client, experiment)
     found, token = [], None
-    with _store.quiet():
+    with _store.quiet(), _store.refusing(Path(uri.removeprefix("sqlite:///"))):
         while True:
             page = client.search_runs([exp], order_by=["attributes.start_time ASC"], max_results=1000,
                                       page_token=token)
@@ -165,7 +166,7 @@ def load_trace(run: TrackedRun | str, root: str | Path | None = None, *, experim
         db = Path(run.tracking_uri.removeprefix("sqlite:///"))
         if not db.is_file():
             raise ValueError(f"run {run.name!r}'s store {run.tracking_uri} is gone")
-        client, run_id, label = _store.client(run.tracking_uri), run.run_id, f"run {run.name!r} ({run.run_id})"
+        client, run_id, label = _store.read_store(db)[0], run.run_id, f"run {run.name!r} ({run.run_id})"
     elif isinstance(run, str) and run:
         client, uri = _open(root)
         run_id, label = _find(client, run, experiment)

@@ -11,6 +11,7 @@ Example:
 """
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ __all__ = ["ui_commands", "UICommands"]
 
 HOST = "127.0.0.1"
 MLFLOW_ENV = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+TELEMETRY_ENV = ("MLFLOW_DISABLE_TELEMETRY", "DO_NOT_TRACK")
 
 
 @dataclass(frozen=True)
@@ -31,7 +33,8 @@ class UICommands:
     """The argv lists that start MLflow's UI (on the SQLite store ``root/mlflow.db``) and TensorBoard (on
     ``root/tensorboard``), bound to 127.0.0.1, and their URLs (immutable). Made by :func:`ui_commands`.
     ``mlflow_env`` is added to MLflow's environment: it turns off the server's job runner (GenAI jobs, seven
-    background processes that browsing runs does not need)."""
+    background processes that browsing runs does not need) and, unless you set ``MLFLOW_DISABLE_TELEMETRY``
+    or ``DO_NOT_TRACK`` yourself, MLflow's usage statistics."""
 
     root: Path
     mlflow_argv: tuple[str, ...]
@@ -86,4 +89,8 @@ def ui_commands(root: str | Path | None = None, *, mlflow_port: int = 5000,
               "--host", HOST, "--port", str(mlflow_port), "--workers", "1")
     tensorboard = (sys.executable, "-m", "tensorboard.main", "--logdir", str(root / "tensorboard"),
                    "--host", HOST, "--port", str(tensorboard_port))
-    return UICommands(root, mlflow, tensorboard, f"http://{HOST}:{mlflow_port}", f"http://{HOST}:{tensorboard_port}")
+    env = dict(MLFLOW_ENV)
+    if not any(name in os.environ for name in TELEMETRY_ENV):     # your own choice stands
+        env["MLFLOW_DISABLE_TELEMETRY"] = "true"
+    return UICommands(root, mlflow, tensorboard, f"http://{HOST}:{mlflow_port}", f"http://{HOST}:{tensorboard_port}",
+                      env)
