@@ -144,12 +144,26 @@ def snapshot(guard: Sequence[str | Path] = ()) -> State:
                  digest(Path(g) for g in guard), tuple(str(g) for g in guard))
 
 
+def _library_thread_ids() -> set[int]:
+    """Threads of pools a library keeps for the whole process once it has made them: TorchInductor's compile
+    pool (``AsyncCompile.pool``, cached), started by the first compilation that is not in its cache."""
+    ids: set[int] = set()
+    compile_mod = sys.modules.get("torch._inductor.async_compile")
+    pool = getattr(getattr(compile_mod, "AsyncCompile", None), "pool", None)
+    info = getattr(pool, "cache_info", None)
+    with contextlib.suppress(Exception):
+        if info is not None and info().currsize:
+            ids |= {t.ident for t in getattr(pool(), "_threads", ()) if t.ident is not None}
+    return ids
+
+
 def _settle(before: State, wait_s: float) -> tuple[list[threading.Thread], frozenset[int]]:
     """Threads and child processes started since ``before`` that are still alive after up to ``wait_s``."""
     deadline = time.monotonic() + wait_s
     while True:
+        pools = _library_thread_ids()
         threads = [t for t in threading.enumerate() if t.ident not in before.threads and t.is_alive()
-                   and t.name not in LIBRARY_THREADS]
+                   and t.name not in LIBRARY_THREADS and t.ident not in pools]
         children = _children() - before.children
         if (not threads and not children) or time.monotonic() >= deadline:
             return threads, children
