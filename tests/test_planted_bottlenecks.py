@@ -17,8 +17,9 @@ import torch
 
 import gpulab as gl
 from gpulab._format import fmt_rate
-from gpulab.profiling.verdict import (FASTER_16BIT, IN_OPS_SHARE, NEAR_CEILING, PRECISION_SHARE, SLOW_COMPUTE_SHARE,
-                                      _in_operators)
+from gpulab.profiling.attribution import OUTSIDE
+from gpulab.profiling.verdict import (FASTER_16BIT, HOST_GAP_SHARE, IN_OPS_SHARE, NEAR_CEILING, OPTIMIZER_SHARE,
+                                      PRECISION_SHARE, SLOW_COMPUTE_SHARE, _in_operators)
 from gpulab.telemetry.diagnose import DATA_SHARE
 
 ROWS: list[tuple[str, str, str]] = []
@@ -207,6 +208,67 @@ def test_elementwise_heavy_model_is_memory_bound(limits):
     p = _profile("elementwise model", step, limits, steps=3)
     assert p.verdict.verdict == "memory-bound", p.verdict
     assert p.roofline.bound == "memory" and p.roofline.flops == 0 and _near_a_roof(p)
+
+
+def _adam_step(model, batch, **opt_kw):
+    x = torch.randn(batch, model[0].in_features)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4, **opt_kw)
+
+    def step():
+        loss = model(x).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def test_wide_layers_with_a_per_tensor_adam_are_optimizer_bound(limits):
+    """A batch of 2 through wide layers: the matmuls are matrix-vector products (a few MB read), while Adam's
+    per-tensor updates read and write every parameter and both moments several times over: the optimizer's share
+    dominates on any CPU. The verdict names it with its measured share, and the advice is to fuse it."""
+    p = _profile("wide layers, per-tensor Adam", _adam_step(_mlp(1024), 2, foreach=False), limits)
+    att = p.attribution
+    assert p.verdict.verdict == "optimizer-bound", (p.verdict, att)
+    opt = att.phase_share("optimizer")
+    assert opt >= OPTIMIZER_SHARE and all(opt >= att.phase_share(n) for n, _ in att.phases)
+    finding = next(f for f in p.verdict.findings if f.code == "optimizer-bound")
+    assert f"takes {opt:.0%} of the step" in finding.message and f"{1 / (1 - opt):.1f}x" in finding.message
+    assert "foreach=True or fused=True" in finding.advice
+    assert p.verdict.findings[1].code == "attribution" and "optimizer" in p.verdict.findings[1].evidence
+
+
+def test_thousands_of_tiny_parameter_tensors_are_optimizer_bound(limits):
+    """2000 parameter tensors of 8 values, Adam over them one by one: nearly all of the step is the optimizer's
+    Python loop and its tiny operators, which the verdict names instead of "memory-bound"."""
+    torch.manual_seed(0)
+    params = torch.nn.ParameterList([torch.nn.Parameter(torch.randn(8)) for _ in range(2000)])
+    opt = torch.optim.Adam(params, lr=1e-4, foreach=False)
+    x = torch.randn(64, 8)
+
+    def step():
+        loss = (x * torch.stack(list(params)).sum(0)).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    p = _profile("2000 tiny parameter tensors", step, limits, steps=3)
+    assert p.verdict.verdict == "optimizer-bound", (p.verdict, p.attribution)
+    assert p.attribution.phase_share("optimizer") >= OPTIMIZER_SHARE
+
+
+def test_the_time_outside_every_operator_is_named_first(limits):
+    """A batch of 4 whose loss is read every step: most of the step is Python between operators. Whatever the byte
+    estimate says against the copy ceiling (its tensors sit in the caches), the verdict is the overhead."""
+    log: list[str] = []
+    with gl.interleaved.threads(1):
+        p = _profile("batch of 4 (attribution)", _train_step(_mlp(64), 4, log=log), limits)
+    att = p.attribution
+    outside = att.share(OUTSIDE)
+    if outside >= HOST_GAP_SHARE:
+        assert p.verdict.verdict == "overhead-bound" and f"{outside:.0%} of the step runs outside any operator" in \
+            p.verdict.findings[0].message
+    assert p.verdict.verdict in ("overhead-bound", "sync-bound"), (p.verdict, att)
+    assert att.largest[0] in (OUTSIDE, "matmul/conv", "elementwise", "views/allocations")
 
 
 def test_a_kept_graph_is_a_leak(limits):

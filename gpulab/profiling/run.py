@@ -393,10 +393,14 @@ def _summarise(prof: Any, label: str, kind: str, steps: int, warmup: int, cuda: 
         # torch's GPU fallback (no CUPTI): CUDA events around each operator time it, on the CPU rows
         dev = replace(dev, note=f"{dev.note}; torch's CUDA-event fallback timed each operator instead "
                                 "(self device times on the operator rows, no kernel rows)")
+    from .attribution import attribute_events
+
+    classes = attribute_events(events, windows, _phase_of, _is_device_event, _interval_s,
+                               dev.busy_s if dev.kernels else None)
     return ProfileSummary(
         label=label, device_kind=kind, steps=n, warmup=warmup,
         step_times_s=tuple(b - a for a, b in windows), phases_s=phases, ops=tuple(ops),
         op_calls_per_step=len(top_ops) / n, median_op_s=statistics.median(top_ops) if top_ops else None,
         syncs_per_step=syncs / n, device=dev, trace_path=trace_path, memory=memory, ranges_s=ranges,
         op_time_s=float(sum(top_ops)), long_op_time_s=float(sum(t for t in top_ops if t >= LONG_OP_S)), sync_s=float(sum(b - a for a, b in sync_spans)), work=work, limits=limits,
-        kept_graph=kept_graph)
+        kept_graph=kept_graph, op_classes_s=classes)

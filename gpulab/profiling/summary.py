@@ -42,6 +42,9 @@ class ProfileSummary:
     work: Any = None              # gpulab.work.Work of one step (counted in the first warm-up call), or None
     limits: Any = None            # the MachineLimits the verdict compares the step with, or None
     kept_graph: tuple[int, int] | None = None   # (tensors, bytes) of a step's graph still alive steps later
+    # seconds per operator class over the profiled steps (gpulab.profiling.attribution): host self time on a CPU,
+    # device time on a GPU; empty for a summary made by hand
+    op_classes_s: dict[str, float] = field(default_factory=dict)
     # wall time of a profiled step (profiler overhead included): the median on a CPU; the mean when a GPU was
     # profiled, whose steps are host-side windows of a loop that never waits for the device until its last step
     step_s: float = field(init=False)
@@ -77,6 +80,16 @@ class ProfileSummary:
         from .verdict import diagnose_profile
 
         return diagnose_profile(self)
+
+    @property
+    def attribution(self) -> Any:
+        """Where the step's time goes, by phase and by operator class, before any roofline
+        (:class:`~gpulab.profiling.attribution.Attribution`)."""
+        from .attribution import Attribution
+
+        basis = "device time" if self.device.kernels else "host self time"
+        return Attribution(self.total_s, self.steps, basis, tuple(self.phases_s.items()),
+                           tuple(self.op_classes_s.items()))
 
     @property
     def roofline(self) -> Any:
@@ -207,7 +220,8 @@ class ProfileSummary:
         header, rows = self._op_rows()
         v = self.verdict
         head = next((f.message for f in v.findings if f.code == v.verdict), "")
-        return (f"{self._head()}\n{text_table(header, rows)}\n{self._foot()}\nVerdict: {v.verdict}"
+        where = (f"\nWhere the time goes: {self.attribution.summary()}" if self.op_classes_s else "")
+        return (f"{self._head()}\n{text_table(header, rows)}\n{self._foot()}{where}\nVerdict: {v.verdict}"
                 + (f": {head}" if head else ""))
 
     def _repr_html_(self) -> str:

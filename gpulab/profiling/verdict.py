@@ -24,6 +24,7 @@ from .events import MANY_OPS_PER_STEP, TINY_KERNEL_S, TINY_OP_S
 __all__ = [
     "FASTER_16BIT",
     "NEAR_CEILING",
+    "OPTIMIZER_SHARE",
     "SYNC_IDLE_SHARE",
     "VERDICTS",
     "StepRoofline",
@@ -39,12 +40,16 @@ IN_OPS_SHARE = 0.5     # the step's (non-data) time inside long operators (busy 
 OVERHEAD_SHARE = 0.2   # ... and this share outside them is overhead worth naming beside the main verdict
 SLOW_COMPUTE_SHARE = 0.25  # long operators on the compute side this far below the ceiling: too small to fill it
 PRECISION_SHARE = 0.4  # ... and at this share of the fp32 ceiling or more, a faster 16-bit ceiling is the lever
+OPTIMIZER_SHARE = 0.4  # the optimizer's range takes this share of the step and more than any other phase
+OPTIMIZER_NOTE_SHARE = 0.2  # ... or this much beside another verdict: worth a finding of its own
 
 VERDICTS = {
     "input-bound": "the step waits for data (30% or more of its time in the data phase)",
     "overhead-bound": "the step runs far below both ceilings: per-operator cost, Python between operators, "
                       "or operators too small (batch) to use the machine",
     "sync-bound": "the device idles after host syncs (.item(), printing a loss) while the host issues new work",
+    "optimizer-bound": "the optimizer step takes the largest share of the step: per-parameter-tensor updates "
+                       "(unfused, or thousands of small tensors)",
     "memory-bound": "the step is near the memory-bandwidth ceiling: elementwise work moving many bytes per FLOP",
     "compute-bound": "the step is near the compute ceiling of its precision",
     "precision-bound": "the step is near the fp32 compute ceiling while the measured 16-bit ceiling is well above",
@@ -195,6 +200,66 @@ _FIX = {
 }
 
 
+def _optimizer_fix(s: Any) -> str:
+    """What to change in an optimizer that takes much of the step, from the operators it ran."""
+    names = {o.name for o in s.ops}
+    if any(n.startswith("aten::_fused_") for n in names):
+        how = ("it already runs fused: fewer, larger parameter tensors (e.g. one weight per layer, not per head), "
+               "or a larger batch so each update serves more samples")
+    elif any(n.startswith("aten::_foreach_") for n in names):
+        how = ("fused=True (Adam, AdamW, SGD: one kernel for every parameter instead of a few per tensor group), "
+               "fewer parameter tensors, or a larger batch")
+    else:
+        how = ("foreach=True or fused=True in the optimizer (torch.optim.Adam(params, fused=True)): a few "
+               "multi-tensor operations instead of several per parameter tensor; fewer parameter tensors; a larger "
+               "batch so each update serves more samples")
+    return how
+
+
+def _attribution_finding(s: Any) -> Any:
+    """Where the time goes (the largest operator class, the phases), as a finding; None without the record."""
+    from ..telemetry.diagnose import Finding
+
+    if not s.op_classes_s:
+        return None
+    att = s.attribution
+    name, share = att.largest
+    return Finding("info", "attribution", f"where the time goes: {name} {share:.0%} of the step", att.summary(),
+                   "gl.profile(...).attribution shows the whole table")
+
+
+def _dominant_part(s: Any, f: list[Any], gpu: bool, decide: bool, roof: StepRoofline | None) -> str | None:
+    """The verdict when a part outside any roofline dominates (``decide``): the optimizer step
+    (``optimizer-bound``) or, on a CPU, Python between the operators (``overhead-bound``); otherwise a note when the
+    optimizer takes a large share."""
+    from ..telemetry.diagnose import Finding
+    from .attribution import OUTSIDE
+
+    if not s.op_classes_s:
+        return None
+    att = s.attribution
+    at_roof = f"; {roof.evidence}" if roof is not None else ""
+    opt = att.phase_share("optimizer")
+    top_phase = max((sh for p, sh in att.phases if p != "optimizer"), default=0.0) / att.total_s if att.total_s else 0
+    if decide and opt >= OPTIMIZER_SHARE and opt >= top_phase:
+        f.append(Finding("warning", "optimizer-bound", f"the optimizer step takes {opt:.0%} of the step, more than any "
+                         f"other phase; without it the step would be up to {1 / max(1 - opt, 1e-9):.1f}x faster",
+                         f"{att.summary()}; optimizer updates {att.share('optimizer updates'):.0%} in operators, "
+                         f"the rest Python looping over the parameter tensors{at_roof}", _optimizer_fix(s)))
+        return "optimizer-bound"
+    outside = att.share(OUTSIDE)
+    if decide and not gpu and outside >= HOST_GAP_SHARE:
+        what, ev = _overhead_cause(s, None)
+        f.append(Finding("warning", "overhead-bound", f"{outside:.0%} of the step runs outside any operator: Python "
+                         "between the operators (per-step logic, logging, the autograd engine's own work)",
+                         f"{ev}; {att.summary()}{at_roof}", _FIX["overhead-bound"]))
+        return "overhead-bound"
+    if opt >= OPTIMIZER_NOTE_SHARE:
+        f.append(Finding("info", "optimizer", f"the optimizer step takes {opt:.0%} of the step",
+                         att.summary(), _optimizer_fix(s)))
+    return None
+
+
 def diagnose_profile(summary: Any) -> Any:
     """The verdict of a :class:`~gpulab.profiling.ProfileSummary` (a :class:`~gpulab.telemetry.diagnose.Verdict`).
 
@@ -225,7 +290,11 @@ def diagnose_profile(summary: Any) -> Any:
     gpu = bool(s.device.kernels)
     after_sync = (s.device.idle_after_sync_s / s.total_s
                   if gpu and s.device.idle_after_sync_s is not None and s.total_s > 0 else 0.0)
-    if roof is not None:
+    first = _dominant_part(s, f, gpu, decide=verdict is None, roof=roof)
+    verdict = verdict or first
+    if first is not None:
+        pass                                      # the part that dominates is named; the roofline is beside the point
+    elif roof is not None:
         in_ops = _in_operators(s)
         # hundreds of tiny operator calls per step are overhead whatever a few long ones do
         many_tiny = (not gpu and s.op_calls_per_step >= MANY_OPS_PER_STEP and s.median_op_s is not None
@@ -311,6 +380,9 @@ def diagnose_profile(summary: Any) -> Any:
                          "between kernels", f"{s.device.kernels / s.steps:.0f} kernels per step, median "
                          f"{fmt_seconds(s.device.median_kernel_s)}, device busy {s.device_busy_share:.0%}; "
                          f"{s.device.note}"))
+    where = _attribution_finding(s)
+    if where is not None:                         # right after the verdict's own finding
+        f.insert(1 if f else 0, where)
     return Verdict(verdict or "unknown", tuple(f), "torch.profiler + measured ceilings" if roof else "torch.profiler")
 
 

@@ -280,9 +280,10 @@ def diagnose(trace: Any) -> Verdict:
         elif cpu >= HIGH_CPU_PCT:
             findings.append(Finding("info", "host-saturated", f"the host CPU is busy ({cpu:.0f}% of all cores)",
                                     proc_ev, "host metrics alone cannot tell whether the cores do useful math, "
-                                    "prepare data, or run Python overhead: gl.profile(step).verdict names the "
-                                    "cause, with the step's share of the machine's measured compute and memory "
-                                    "ceilings"))
+                                    "prepare data, or run Python overhead: gl.profile(step).attribution shows where "
+                                    "the step's time goes (by phase and operator class, and outside every operator) "
+                                    "and gl.profile(step).verdict names the cause, with the step's share of the "
+                                    "machine's measured compute and memory ceilings"))
             verdict = verdict or "host-saturated"
         elif cpu <= LOW_CPU_PCT:
             findings.append(Finding("warning", "host-idle", f"the host CPU is mostly idle ({cpu:.0f}% of all cores)",
@@ -293,8 +294,8 @@ def diagnose(trace: Any) -> Verdict:
         else:
             findings.append(Finding("info", "host-partly-busy", f"the host CPU is partly busy ({cpu:.0f}% of all "
                                     "cores)", cpu_ev, "part of the run is serial or waiting (Amdahl's law, lesson "
-                                    "00); host metrics cannot say which part: gl.profile(step).verdict names the "
-                                    "cause"))
+                                    "00); host metrics cannot say which part: gl.profile(step).attribution shows "
+                                    "where the step's time goes and gl.profile(step).verdict names the cause"))
             verdict = verdict or "host-partly-busy"
         findings.append(Finding("info", "no-gpu-telemetry", "GPU verdicts need NVML", note))
     if too_few and verdict is None:

@@ -1,0 +1,133 @@
+"""Where a step's time goes, before any roofline: operator classes by name, the host's self time per class on a
+CPU (optimizer and data ranges taking their operators), the device's time per kernel class on a GPU, and the
+verdicts that come from the attribution (optimizer-bound; overhead-bound from the time outside every operator)."""
+from __future__ import annotations
+
+import pytest
+
+from gpulab.profiling import ProfileSummary, diagnose_profile
+from gpulab.profiling.attribution import DEVICE_IDLE, OUTSIDE, Attribution, attribute_events, op_class
+from gpulab.profiling.events import DeviceCheck, OpStat, _phase_of
+from gpulab.profiling.verdict import HOST_GAP_SHARE, OPTIMIZER_SHARE
+
+
+@pytest.mark.parametrize("name, cls", [
+    ("aten::addmm", "matmul/conv"), ("aten::mm", "matmul/conv"), ("aten::conv2d", "matmul/conv"),
+    ("aten::mkldnn_convolution", "matmul/conv"), ("aten::_scaled_dot_product_flash_attention", "matmul/conv"),
+    ("aten::relu", "elementwise"), ("aten::add_", "elementwise"), ("aten::threshold_backward", "elementwise"),
+    ("aten::tanh", "elementwise"), ("aten::t", "views/allocations"), ("aten::empty", "views/allocations"),
+    ("aten::topk", "reductions/norms"), ("aten::native_layer_norm_backward", "reductions/norms"),
+    ("aten::mse_loss_backward", "reductions/norms"), ("aten::_foreach_mul_", "optimizer updates"),
+    ("aten::_fused_adam_", "optimizer updates"), ("aten::to", "copies/casts"), ("aten::_to_copy", "copies/casts"),
+    ("aten::copy_", "copies/casts"), ("aten::item", "host syncs"), ("c10d::allreduce_", "communication"),
+    ("cudaLaunchKernel", "kernel launches"), ("cudaStreamSynchronize", "host syncs"),
+])
+def test_operators_are_classed_by_their_names(name, cls):
+    assert op_class(name) == cls
+
+
+@pytest.mark.parametrize("name, cls", [
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "matmul/conv"),
+    ("ampere_sgemm_128x64_nn", "matmul/conv"), ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm>", "matmul/conv"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>", "elementwise"),
+    ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float>>", "reductions/norms"),
+    ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<...FusedAdamMathFunctor...>",
+     "optimizer updates"),
+    ("Memcpy HtoD (Pageable -> Device)", "copies/casts"), ("Memset (Device)", "copies/casts"),
+    ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "communication"),
+])
+def test_kernels_are_classed_by_their_names(name, cls):
+    assert op_class(name, device=True) == cls
+
+
+class _Ev:
+    """A profiler event as torch's FunctionEvent shows it: name, interval (us), self CPU time (us), parent."""
+
+    def __init__(self, name, start, end, self_us=0.0, parent=None, device=False):
+        self.name, self.start, self.end, self.self_cpu_time_total = name, start, end, self_us
+        self.cpu_parent, self.device, self.is_user_annotation = parent, device, False
+
+
+def _attr(events, windows, busy=None):
+    return attribute_events(events, windows, _phase_of, lambda e: e.device, lambda e: (e.start / 1e6, e.end / 1e6),
+                            busy)
+
+
+def test_host_self_time_per_class_and_the_time_outside_every_operator():
+    opt = _Ev("Optimizer.step#Adam.step", 500, 900, 100)          # a range: its own time is Python, not an operator
+    data = _Ev("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 0, 100, 20)
+    events = [data, _Ev("aten::stack", 10, 90, 80, data),
+              _Ev("aten::linear", 100, 300, 10), _Ev("aten::addmm", 110, 290, 180),
+              _Ev("aten::relu", 300, 350, 50),
+              opt, _Ev("aten::add_", 510, 600, 90, opt), _Ev("aten::addcdiv_", 600, 800, 200, opt),
+              _Ev("ProfilerStep#3", 0, 1000, 0)]
+    out = _attr(events, [(0.0, 1e-3)])
+    assert out["data loading"] == pytest.approx(80e-6)
+    assert out["matmul/conv"] == pytest.approx(190e-6)               # addmm and linear's own 10 us
+    assert out["elementwise"] == pytest.approx(50e-6)
+    assert out["optimizer updates"] == pytest.approx(290e-6)         # every operator inside the optimizer's range
+    assert out[OUTSIDE] == pytest.approx(1e-3 - (80 + 190 + 50 + 290) * 1e-6)
+    assert sum(out.values()) == pytest.approx(1e-3)
+
+
+def test_device_time_per_kernel_class_and_the_device_idle():
+    events = [_Ev("ampere_sgemm_128x64_nn", 0, 600, device=True), _Ev("Memcpy HtoD", 600, 700, device=True),
+              _Ev("aten::mm", 0, 50, 50)]
+    out = _attr(events, [(0.0, 1e-3)], busy=700e-6)
+    assert out == pytest.approx({"matmul/conv": 600e-6, "copies/casts": 100e-6, DEVICE_IDLE: 300e-6})
+
+
+def test_the_attribution_table_reads_its_shares():
+    att = Attribution(0.01, 2, "host self time", (("data", 0.001), ("optimizer", 0.006), ("other", 0.003)),
+                      (("optimizer updates", 0.004), ("matmul/conv", 0.002), (OUTSIDE, 0.004)))
+    assert att.largest == ("optimizer updates", pytest.approx(0.4)) and att.largest_phase == ("optimizer",
+                                                                                                pytest.approx(0.6))
+    assert att.share(OUTSIDE) == pytest.approx(0.4) and att.phase_share("forward") == 0.0
+    assert att.summary().startswith("optimizer updates 40%, outside any operator 40%, matmul/conv 20%")
+    assert "optimizer updates" in repr(att) and "3 ms" in repr(att) and "<table" in att._repr_html_()
+
+
+def _cpu_summary(phases, classes, ops=("aten::add_",), **kw):
+    total = 0.01
+    base = dict(label="fab", device_kind="cpu", steps=1, warmup=1, step_times_s=(total,),
+                phases_s=dict(phases), ops=tuple(OpStat(n, 10, 1e-4, 1e-4) for n in ops), op_calls_per_step=50.0,
+                median_op_s=5e-6, syncs_per_step=0.0, device=DeviceCheck(False, None, None, None, "CPU only"),
+                op_classes_s=dict(classes))
+    base.update(kw)
+    return ProfileSummary(**base)
+
+
+def test_an_optimizer_taking_the_largest_phase_is_optimizer_bound_with_the_fix_its_operators_call_for():
+    phases = {"data": 0.0, "forward": 0.002, "backward": 0.002, "optimizer": 0.005, "other": 0.001}
+    classes = {"optimizer updates": 0.004, "matmul/conv": 0.003, OUTSIDE: 0.003}
+    v = diagnose_profile(_cpu_summary(phases, classes))
+    assert v.verdict == "optimizer-bound" and 0.005 / 0.01 >= OPTIMIZER_SHARE
+    main = v.findings[0]
+    assert "takes 50% of the step" in main.message and "up to 2.0x faster" in main.message
+    assert "foreach=True or fused=True" in main.advice
+    assert v.findings[1].code == "attribution" and "optimizer updates 40%" in v.findings[1].message
+    assert "fused=True" in diagnose_profile(_cpu_summary(phases, classes, ops=("aten::_foreach_add_",))).findings[0].advice
+    assert "already runs fused" in diagnose_profile(_cpu_summary(phases, classes, ops=("aten::_fused_adam_",))) \
+        .findings[0].advice
+    # a large optimizer share that is not the largest phase is a note beside the verdict, not the verdict
+    second = {"data": 0.0, "forward": 0.001, "backward": 0.005, "optimizer": 0.004, "other": 0.0}
+    v = diagnose_profile(_cpu_summary(second, {"matmul/conv": 0.009, OUTSIDE: 0.001}))
+    assert v.verdict != "optimizer-bound" and "optimizer" in v.codes
+
+
+def test_a_step_mostly_outside_every_operator_is_overhead_bound_on_a_cpu():
+    phases = {"data": 0.0, "forward": 0.003, "backward": 0.003, "optimizer": 0.001, "other": 0.003}
+    classes = {"matmul/conv": 0.002, "elementwise": 0.002, OUTSIDE: 0.006}
+    v = diagnose_profile(_cpu_summary(phases, classes))
+    assert 0.6 >= HOST_GAP_SHARE and v.verdict == "overhead-bound"
+    assert "60% of the step runs outside any operator" in v.findings[0].message
+    below = diagnose_profile(_cpu_summary(phases, {"matmul/conv": 0.007, OUTSIDE: 0.003}))
+    assert below.verdict != "overhead-bound" or "outside any operator" not in below.findings[0].message
+
+
+def test_input_bound_still_comes_first_and_a_hand_made_summary_has_no_attribution():
+    phases = {"data": 0.004, "forward": 0.0, "backward": 0.0, "optimizer": 0.005, "other": 0.001}
+    v = diagnose_profile(_cpu_summary(phases, {"data loading": 0.004, "optimizer updates": 0.005, OUTSIDE: 0.001}))
+    assert v.verdict == "input-bound" and v.findings[1].code == "attribution"
+    bare = diagnose_profile(_cpu_summary(phases, {}))
+    assert "attribution" not in bare.codes
