@@ -15,8 +15,10 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -263,7 +265,40 @@ def _runs_on_cuda(fn: Any, args: Sequence[Any], device: Any) -> bool:
     return any(t.is_cuda for t in tensors)
 
 
+@contextlib.contextmanager
+def keep_subnormals() -> Iterator[None]:
+    """Subnormal floats left as the caller had them. On torch versions that build TorchInductor's C++ code for a
+    CPU with ``-ffast-math`` (2.5), loading the compiled library turns on flushing subnormals to zero for the
+    whole process; this turns it off again afterwards when it was off before (``torch.set_flush_denormal``).
+
+    Example:
+        >>> import sys
+        >>> with keep_subnormals():
+        ...     pass
+        >>> float(sys.float_info.min) / 2 > 0
+        True
+    """
+    tiny = float(sys.float_info.min)
+    flushed = tiny / 2 == 0.0
+    try:
+        yield
+    finally:
+        if not flushed and tiny / 2 == 0.0:
+            import torch
+
+            torch.set_flush_denormal(False)
+
+
+def _keeping_subnormals(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with keep_subnormals():
+            return fn(*args, **kwargs)
+    return call
+
+
 @checked(label="name", dynamic="flag?", fullgraph="flag", explain="flag", min_run_time="pos")
+@_keeping_subnormals
 def compile_report(fn: Callable[..., Any], *args: Any, label: str = "fn", backend: str = "inductor",
                    mode: str | None = None, dynamic: bool | None = None, fullgraph: bool = False,
                    explain: bool = True, min_run_time: float = 1.0, device: Any = None,

@@ -41,8 +41,12 @@ LIBRARIES = ("numpy", "pandas", "torch", "torch.profiler", "torch._dynamo", "tor
 
 # state that libraries change once, on their first use, whoever calls them: not a call's leak
 LIBRARY_ENV_PREFIXES = ("_TORCHINDUCTOR_",)          # torch.compile's first compile notes a pointer here
+LIBRARY_ENV = ("TORCHINDUCTOR_CACHE_DIR",            # TorchInductor names its cache folder on first use
+               "CUDA_MODULE_LOADING")                # torch's CUDA set-up (LAZY), on first use
 LIBRARY_THREADS = ("tqdm_monitor",)                  # tqdm's one monitor thread, started by its first bar
 LIBRARY_LOGGERS = ("torch.__trace",)                 # TorchDynamo's first use sets up torch's logs again
+# TorchDynamo (torch 2.5) adds this filter each time it patches torch's optimizers, on its first compilations
+LIBRARY_FILTERS = (("ignore", "UserWarning", "torch.distributed"),)
 
 
 def preimport(names: Iterable[str] = LIBRARIES) -> None:
@@ -70,9 +74,16 @@ def _rng() -> dict[str, str]:
     return out
 
 
+def _flushes_subnormals() -> bool:
+    """Whether this thread's floating-point unit flushes subnormal numbers to zero (FTZ/DAZ): a process-wide
+    switch that a library built with -ffast-math, or torch.set_flush_denormal(True), turns on."""
+    tiny = float(sys.float_info.min)
+    return tiny / 2 == 0.0
+
+
 def _torch_switches() -> dict[str, Any]:
     if "torch" not in sys.modules:
-        return {}
+        return {"subnormal floats flushed to zero": _flushes_subnormals()}
     torch = sys.modules["torch"]
     out: dict[str, Any] = {"default dtype": torch.get_default_dtype(), "grad enabled": torch.is_grad_enabled(),
                            "inference mode": torch.is_inference_mode_enabled(),
@@ -81,7 +92,8 @@ def _torch_switches() -> dict[str, Any]:
                            "matmul precision": torch.get_float32_matmul_precision(),
                            "cudnn.benchmark": torch.backends.cudnn.benchmark,
                            "cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
-                           "matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32}
+                           "matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+                           "subnormal floats flushed to zero": _flushes_subnormals()}
     with contextlib.suppress(Exception):
         out["autocast (cpu)"] = torch.is_autocast_enabled("cpu")
     with contextlib.suppress(Exception):
@@ -144,27 +156,47 @@ def snapshot(guard: Sequence[str | Path] = ()) -> State:
                  digest(Path(g) for g in guard), tuple(str(g) for g in guard))
 
 
-def _library_thread_ids() -> set[int]:
-    """Threads of pools a library keeps for the whole process once it has made them: TorchInductor's compile
-    pool (``AsyncCompile.pool``, cached), started by the first compilation that is not in its cache."""
-    ids: set[int] = set()
-    compile_mod = sys.modules.get("torch._inductor.async_compile")
-    pool = getattr(getattr(compile_mod, "AsyncCompile", None), "pool", None)
-    info = getattr(pool, "cache_info", None)
-    with contextlib.suppress(Exception):
-        if info is not None and info().currsize:
-            ids |= {t.ident for t in getattr(pool(), "_threads", ()) if t.ident is not None}
-    return ids
+def _library_pools() -> tuple[set[int], set[int]]:
+    """(thread idents, process ids) of the pools a library keeps for the whole process once it has made them:
+    TorchInductor's compile pools (``AsyncCompile.pool`` and ``process_pool``, cached, and its ``_pool_set``),
+    started by the first compilation that is not in its cache: a thread pool, or worker processes with the
+    thread that reads their answers."""
+    threads: set[int] = set()
+    pids: set[int] = set()
+    mod = sys.modules.get("torch._inductor.async_compile")
+    if mod is None:
+        return threads, pids
+    pools = list(getattr(mod, "_pool_set", ()) or ())
+    maker = getattr(mod, "AsyncCompile", None)
+    for attr in ("pool", "process_pool"):
+        fn = getattr(maker, attr, None)
+        info = getattr(fn, "cache_info", None)
+        with contextlib.suppress(Exception):
+            if info is not None and info().currsize:
+                pools.append(fn())
+    for pool in pools:
+        found = list(getattr(pool, "_threads", ()) or ())
+        found += [getattr(pool, a, None) for a in ("read_thread", "_executor_manager_thread")]
+        threads |= {t.ident for t in found if t is not None and t.ident is not None}
+        procs = [getattr(pool, "process", None), *(getattr(pool, "_processes", None) or {}).values()]
+        pids |= {p.pid for p in procs if p is not None and getattr(p, "pid", None)}
+    if pids:
+        with contextlib.suppress(Exception):
+            import psutil
+
+            for pid in list(pids):
+                pids |= {c.pid for c in psutil.Process(pid).children(recursive=True)}
+    return threads, pids
 
 
 def _settle(before: State, wait_s: float) -> tuple[list[threading.Thread], frozenset[int]]:
     """Threads and child processes started since ``before`` that are still alive after up to ``wait_s``."""
     deadline = time.monotonic() + wait_s
     while True:
-        pools = _library_thread_ids()
+        pool_threads, pool_pids = _library_pools()
         threads = [t for t in threading.enumerate() if t.ident not in before.threads and t.is_alive()
-                   and t.name not in LIBRARY_THREADS and t.ident not in pools]
-        children = _children() - before.children
+                   and t.name not in LIBRARY_THREADS and t.ident not in pool_threads]
+        children = _children() - before.children - pool_pids
         if (not threads and not children) or time.monotonic() >= deadline:
             return threads, children
         time.sleep(0.05)
@@ -181,14 +213,17 @@ def leaks(before: State, after: State | None = None, *, wait_s: float = 2.0,
     found: list[str] = []
     if "env" not in allow:
         for k in sorted(set(before.env) | set(after.env)):
-            if before.env.get(k) != after.env.get(k) and not k.startswith(LIBRARY_ENV_PREFIXES):
+            if before.env.get(k) != after.env.get(k) and not k.startswith(LIBRARY_ENV_PREFIXES) and \
+                    k not in LIBRARY_ENV:
                 found.append(f"environment variable {k}: {before.env.get(k)!r} -> {after.env.get(k)!r}")
     if "loggers" not in allow:
         for name in sorted(set(before.loggers) & set(after.loggers) - set(LIBRARY_LOGGERS)):
             if before.loggers[name] != after.loggers[name]:
                 found.append(f"logger {name or 'root'!r} (level, disabled, handlers): "
                              f"{before.loggers[name]} -> {after.loggers[name]}")
-    if "warnings" not in allow and before.filters != after.filters:
+    library = [f for f in after.filters if f not in before.filters and _library_filter(f)]
+    if "warnings" not in allow and [f for f in before.filters if f not in library] != \
+            [f for f in after.filters if f not in library]:
         added = [f for f in after.filters if f not in before.filters]
         found.append(f"warnings filters changed ({len(before.filters)} -> {len(after.filters)}; new: {added[:3]})")
     if "rng" not in allow:
@@ -206,6 +241,13 @@ def leaks(before: State, after: State | None = None, *, wait_s: float = 2.0,
     if "children" not in allow and children:
         found.append(f"child processes still running: {sorted(children)}")
     return found
+
+
+def _library_filter(f: Any) -> bool:
+    action, _message, category, module, _line = f
+    pattern = getattr(module, "pattern", module) or ""
+    return any(action == a and getattr(category, "__name__", "") == c and pattern.startswith(m)
+               for a, c, m in LIBRARY_FILTERS)
 
 
 def losses(before: State, after: State | None = None) -> list[str]:

@@ -68,10 +68,14 @@ def test_every_public_call_of_the_newer_modules_is_in_the_sweep():
     import importlib
 
     swept = {c.name.split("(")[0].rsplit(".", 1)[-1] for c in badinput.cases_()}
+    # in the lean compat venv (no MLflow, ONNX or Numba) these calls have no valid call to sweep from
+    absent = ({"track", "runs", "load_trace"} if not badinput._installed("mlflow") else set()) | \
+        ({"onnx_runtime"} if not badinput._installed("onnx", "onnxscript", "onnxruntime") else set()) | \
+        ({"numba_backend"} if not badinput._installed("numba", "numba_cuda") else set())
     missing = {}
     for name in MODULES:
         mod = importlib.import_module(f"gpulab.{name}")
-        calls = {n for n in mod.__all__ if callable(getattr(mod, n)) and n not in NOT_CALLS}
+        calls = {n for n in mod.__all__ if callable(getattr(mod, n)) and n not in NOT_CALLS | absent}
         missing[name] = sorted(calls - swept)
     assert {k: v for k, v in missing.items() if v} == {}
 

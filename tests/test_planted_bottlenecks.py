@@ -22,7 +22,7 @@ from gpulab.profiling.verdict import (FASTER_16BIT, HOST_GAP_SHARE, IN_OPS_SHARE
                                       PRECISION_SHARE, SLOW_COMPUTE_SHARE, _in_operators)
 from gpulab.telemetry.diagnose import DATA_SHARE
 
-ROWS: list[tuple[str, str, str]] = []
+ROWS: list[tuple[str, str, str, str]] = []
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,8 @@ def _profile(case: str, step, limits, **kw):
     p = gl.profile(step, label=case, trace=False, limits=limits, **{"steps": 4, "warmup": 2, **kw})
     v = p.verdict
     ev = next((f.evidence for f in v.findings if f.code == v.verdict), "")
-    ROWS.append((case, v.verdict, ev))
+    name, share = p.attribution.largest
+    ROWS.append((case, f"{name} {share:.0%}", v.verdict, ev))
     print(f"\n{case}: {v!r}\n{p.roofline!r}")
     return p
 
@@ -280,7 +281,7 @@ def test_a_kept_graph_is_a_leak(limits):
 
 
 def test_zz_verdict_table():
-    """The suite's table: case -> verdict -> evidence (printed; run with -s to see it)."""
+    """The suite's table: case -> largest share -> verdict -> evidence (printed; run with -s to see it)."""
     assert ROWS, "run the whole module to fill the table"
-    for case, verdict, ev in ROWS:
-        print(f"| {case} | {verdict} | {ev} |")
+    for case, largest, verdict, ev in ROWS:
+        print(f"| {case} | {largest} | {verdict} | {ev} |")

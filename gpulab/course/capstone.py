@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Iterator, Literal
 
 from .._check import checked, path_arg, whole
+from ..compiling import keep_subnormals
 from .._format import fmt_bytes, fmt_number, fmt_seconds, html_table, text_table
 from .capstone_data import Batches as _Batches, check_pixels, digits_on_disk, features
 from .capstone_data import _grey  # noqa: F401
@@ -380,7 +381,7 @@ def train_recipe(recipe: Recipe, data: Digits, *, epochs: int = 3, device: Any =
         path_arg("disk_root", disk_root)
     t = _Trainer(recipe, data, device, seed, disk_root, epochs)
     try:
-        with keep_rng(t.dev):
+        with keep_rng(t.dev), keep_subnormals():       # compile=True on torch 2.5 would flush them for good
             return _train(t, data, epochs, run)
     finally:
         t.batches.close()
