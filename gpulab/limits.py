@@ -25,10 +25,11 @@ from typing import Any, Iterable, Sequence
 
 from ._check import checked, nbytes as _nbytes, text, texts, whole
 from ._format import fmt_bytes, fmt_flops, fmt_rate, html_table, text_table
+from .caches import cache_copies, cache_levels
 from .timing import Env, Measurement, benchmark
 
 __all__ = ["measure_matmul", "measure_bandwidth", "MachineLimits", "machine_limits", "ceiling_for", "forget_limits",
-           "step_matmul_ceiling", "StepMatmuls"]
+           "step_matmul_ceiling", "StepMatmuls", "cache_levels"]
 
 _DTYPES = ("float32", "bfloat16", "float16", "float64")
 
@@ -97,6 +98,9 @@ class MachineLimits:
     matmul: tuple[Measurement, ...]
     copy: tuple[Measurement, ...]
     fp32_tf32: bool | None = None
+    # copies whose working set (source + destination) sits in a cache, labelled "copy 256 KiB (L2)": the ceilings
+    # of operators whose tensors fit there (a cache-aware roofline); empty when not measured
+    cache_copy: tuple[Measurement, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.matmul or not self.copy:
@@ -112,6 +116,33 @@ class MachineLimits:
         """
         top = max(m.bytes_moved or 0 for m in self.copy)
         return max(m.bytes_moved / m.min_s for m in self.copy if m.bytes_moved == top)
+
+    @property
+    def bandwidth_tiers(self) -> tuple[tuple[str, int, float], ...]:
+        """``(level, working-set bytes, bandwidth)`` per measured copy, innermost cache first, main memory last
+        (``"main memory"``): the copy benchmark at a working set that sits in each level."""
+        tiers = []
+        for m in sorted(self.cache_copy, key=lambda m: m.bytes_moved or 0):
+            level = m.label.rsplit("(", 1)[-1].rstrip(")") if m.label.endswith(")") else fmt_bytes(m.bytes_moved or 0)
+            tiers.append((level, int(m.bytes_moved or 0), (m.bytes_moved or 0) / m.min_s))
+        top = max(m.bytes_moved or 0 for m in self.copy)
+        return (*tiers, ("main memory", int(top), self.bandwidth_bytes_per_s))
+
+    def bandwidth_for(self, working_set: float) -> float:
+        """The memory ceiling of an operator that touches ``working_set`` bytes (inputs + outputs): the fastest
+        copy measured at a working set at least as large (its data fits where that copy's did), never below the
+        main-memory ceiling; the main-memory ceiling beyond every cache measured.
+
+        Example:
+            >>> import gpulab as gl
+            >>> lim = gl.machine_limits("cpu", dtypes=["float32"], sizes=[128], copy_bytes=1 << 24, min_run_time=0.05)
+            >>> lim.bandwidth_for(1 << 34) == lim.bandwidth_bytes_per_s <= lim.bandwidth_for(4096)
+            True
+        """
+        if isinstance(working_set, bool) or not isinstance(working_set, numbers.Real) or not working_set >= 0:
+            raise ValueError(f"working_set must be a number of bytes >= 0, got {working_set!r}")
+        fits = [bw for _, ws, bw in self.bandwidth_tiers[:-1] if ws >= working_set]
+        return max([self.bandwidth_bytes_per_s, *fits])
 
     def peak_flops(self, dtype: str = "float32") -> float:
         """The best FLOP/s measured for ``dtype`` (fastest run over the sizes tried)."""
@@ -148,13 +179,17 @@ class MachineLimits:
         runs = sum(m.runs for m in self.matmul)
         copy = max(self.copy, key=lambda m: m.bytes_moved or 0)
         tf32 = {True: "; fp32 matmuls with TF32 allowed", False: "; fp32 matmuls without TF32", None: ""}
+        caches = (f"; copies in the caches: {', '.join(m.label.removeprefix('copy ') for m in self.cache_copy)}"
+                  if self.cache_copy else "")
         return (f"fastest of {runs} runs of torch.mm(out=) over n = {', '.join(map(str, sizes))} per dtype; "
-                f"{copy.label} (read + write counted), fastest of {copy.runs} runs; {self.env.threads} threads, "
+                f"{copy.label} (read + write counted), fastest of {copy.runs} runs{caches}; {self.env.threads} threads, "
                 f"torch {self.env.torch}{tf32[self.fp32_tf32]}")
 
     def _rows(self) -> list[tuple[str, str]]:
         tf32 = lambda d: " (TF32)" if d == "float32" and self.fp32_tf32 else ""   # noqa: E731
         rows = [(f"matmul {d}{tf32(d)}", fmt_flops(self.peak_flops(d))) for d in self.dtypes]
+        rows += [(f"memory copy, {fmt_bytes(ws)} working set ({level})", fmt_rate(bw))
+                 for level, ws, bw in self.bandwidth_tiers[:-1]]
         rows.append(("memory copy (read+write)", fmt_rate(self.bandwidth_bytes_per_s)))
         rows += [(f"ridge point {d}", f"{self.ridge_point(d):.3g} FLOP/byte") for d in self.dtypes]
         return rows
@@ -162,7 +197,7 @@ class MachineLimits:
     def to_dataframe(self) -> Any:
         import pandas as pd
 
-        return pd.DataFrame([m.to_dict() for m in (*self.matmul, *self.copy)]).set_index("label")
+        return pd.DataFrame([m.to_dict() for m in (*self.matmul, *self.cache_copy, *self.copy)]).set_index("label")
 
     def __repr__(self) -> str:
         return (f"MachineLimits on {self.env}\n" + text_table(("limit", "measured"), self._rows())
@@ -217,12 +252,15 @@ def _sizes(name: str, value: Any) -> list[Any]:
     return list(value)
 
 
-@checked(device="device", min_run_time="pos", refresh="flag")
+@checked(device="device", min_run_time="pos", refresh="flag", caches="flag")
 def machine_limits(device: Any = None, dtypes: Sequence[str] | None = None, sizes: Sequence[int] | None = None,
-                   copy_bytes: int | None = None, min_run_time: float = 0.3, *, refresh: bool = False) -> MachineLimits:
+                   copy_bytes: int | None = None, min_run_time: float = 0.3, *, refresh: bool = False,
+                   caches: bool = True) -> MachineLimits:
     """This device's ceilings. Defaults follow the device: a sweep of n = 512, 1024, 2048 on a CPU and
     2048, 4096, 8192 on a GPU; a 1 GiB copy (beyond any cache); dtypes fp32, plus bf16 where the hardware has
-    it (Ampere+, AMX, AVX512-BF16), plus fp16 on CUDA.
+    it (Ampere+, AMX, AVX512-BF16), plus fp16 on CUDA. With ``caches`` (the default), also a copy that sits in
+    each cache level (:func:`cache_levels`: L2 and L3 on a CPU, L2 on a GPU), the ceilings of operators whose
+    tensors fit there (:meth:`MachineLimits.bandwidth_for`).
 
     Measured once per device (``"cuda"``, ``"cuda:0"``, ``torch.device("cuda")`` and ``0`` are one GPU when it is
     the current one), machine and torch version while this process lives: later calls measure only the dtypes and
@@ -265,19 +303,23 @@ def machine_limits(device: Any = None, dtypes: Sequence[str] | None = None, size
     known = _CACHE.get(key)
     sibling = None if known else next((v for k, v in _CACHE.items() if k[:-1] == base), None)
     if known:
-        old_matmul, old_copy = known.matmul, known.copy
+        old_matmul, old_copy, old_cache = known.matmul, known.copy, known.cache_copy
     elif sibling:   # the same GPU with the other TF32 setting: all but its fp32 matmuls hold here too
         old_matmul, old_copy = tuple(m for m in sibling.matmul if not m.label.endswith(" float32")), sibling.copy
+        old_cache = sibling.cache_copy
     else:
-        old_matmul, old_copy = (), ()
+        old_matmul, old_copy, old_cache = (), (), ()
     have, have_copy = {m.label for m in old_matmul}, {m.bytes_moved for m in old_copy}
     matmul = tuple(measure_matmul(n, d, dev, min_run_time) for d in dtypes for n in sizes
                    if f"matmul {n} {d}" not in have)
     copy = () if 2 * (copy_bytes // 4) * 4 in have_copy else (measure_bandwidth(copy_bytes, dev, min_run_time),)
-    if known and not matmul and not copy:
+    big = max(m.bytes_moved or 0 for m in old_copy + copy)
+    cache = cache_copies(measure_bandwidth, dev, {m.label for m in old_cache}, min_run_time, big) if caches else ()
+    if known and not matmul and not copy and not cache:
         return known
-    env = known.env if known else sibling.env if sibling else matmul[0].env
-    lim = MachineLimits(str(dev), env, old_matmul + matmul, old_copy + copy, fp32_tf32=tf32)
+    env = known.env if known else sibling.env if sibling else (matmul or copy)[0].env
+    lim = MachineLimits(str(dev), env, old_matmul + matmul, old_copy + copy, fp32_tf32=tf32,
+                        cache_copy=old_cache + cache)
     _CACHE[key] = lim
     return lim
 

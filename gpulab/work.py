@@ -55,16 +55,20 @@ class Work:
         """The dtype doing most of the FLOPs (None without FLOPs)."""
         return max(self.flops_by_dtype, key=self.flops_by_dtype.__getitem__) if self.flops_by_dtype else None
 
-    def ideal_s(self, peak_flops: Callable[[str], float | None], bandwidth: float) -> tuple[float, float]:
+    def ideal_s(self, peak_flops: Callable[[str], float | None],
+                bandwidth: float | Callable[[int], float]) -> tuple[float, float]:
         """``(compute_s, memory_s)``: the time the operators need at the ceilings, split by which roof bounds
-        each one (``peak_flops(dtype)`` gives the ceiling of a dtype; None falls back to float32's)."""
-        if bandwidth <= 0:
+        each one (``peak_flops(dtype)`` gives the ceiling of a dtype; None falls back to float32's).
+        ``bandwidth`` is one ceiling for every operator, or a function of an operator's bytes (its working set)
+        giving its ceiling (:meth:`gpulab.MachineLimits.bandwidth_for`: faster where the tensors fit a cache)."""
+        bw_of = bandwidth if callable(bandwidth) else (lambda nbytes: bandwidth)
+        if not callable(bandwidth) and not bandwidth > 0:
             raise ValueError(f"bandwidth must be positive, got {bandwidth!r}")
         compute = memory = 0.0
         for dtype, flops, nbytes in self.per_op:
             peak = peak_flops(dtype) or peak_flops("float32")
             c = flops / peak if flops and peak else 0.0
-            m = nbytes / bandwidth
+            m = nbytes / bw_of(nbytes) if nbytes else 0.0
             if c >= m:
                 compute += c
             else:

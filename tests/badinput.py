@@ -386,7 +386,7 @@ def cases_() -> list[Case]:  # noqa: PLR0915 - one table
         C("machine_limits", gl.machine_limits,
           {"dtypes": ["float32"], "sizes": [64], "copy_bytes": 1 << 20, "min_run_time": 0.02},
           {"device": "device", "dtypes": [3, "float32", ["float7"]], "sizes": [[0], [-8], [1.5], "64", 64],
-           "copy_bytes": "bytes", "min_run_time": "pos", "refresh": "flag"}),
+           "copy_bytes": "bytes", "min_run_time": "pos", "refresh": "flag", "caches": "flag"}),
         C("count_flops", gl.count_flops, {"fn": lambda: None}, {"fn": "fn"}),
         C("attainable_flops", gl.attainable_flops, {"intensity": 1.0, "peak_flops": 1e12, "bandwidth": 1e11},
           {"intensity": [-1.0, nan, "1"], "peak_flops": "pos", "bandwidth": "pos"}),
@@ -462,6 +462,9 @@ def cases_() -> list[Case]:  # noqa: PLR0915 - one table
         C("MachineLimits.peak_flops", lambda **k: f()["limits"].peak_flops(**k), {}, {"dtype": ["float7", 3]}),
         C("MachineLimits.ridge_point", lambda **k: f()["limits"].ridge_point(**k), {}, {"dtype": ["float7", 3]}),
         C("MachineLimits.has", lambda **k: f()["limits"].has(**k), {"dtype": "float32"}, {"dtype": [3, None]}),
+        C("MachineLimits.bandwidth_for", lambda **k: f()["limits"].bandwidth_for(**k), {"working_set": 4096},
+          {"working_set": [-1, nan, "1 MiB", None, True]}),
+        C("limits.cache_levels", limits.cache_levels, {}, {"device": "device"}),
         # one level down
         C("limits.measure_matmul", limits.measure_matmul, {"n": 32, "min_run_time": 0.02, "warmup": 1},
           {"n": "count", "dtype": ["float7", 3], "device": "device", "min_run_time": "pos", "warmup": "count0"}),

@@ -11,6 +11,15 @@ What a CUDA step looks like there:
   (``GPU_USER_ANNOTATION``): the same name, device type CUDA, ``is_user_annotation`` True, activity
   ``gpu_user_annotation``, the host range's correlation id, spanning its first to last device operation on the
   stream; each kernel is a CUDA row of activity ``kernel``.
+
+Which range a kernel belongs to: a ``record_function`` range (``RecordScope::USER_SCOPE``) pushes its correlation id
+as CUPTI's *user* external correlation on the thread that opens it, and kineto extends the range's device copy over
+each kernel launched under it (``GenericActivityProfiler::handleGpuActivity`` -> ``GpuUserEventMap``), one copy per
+stream. So a kernel extends only the *innermost* range open on its launching thread: a ``ProfilerStep#N`` copy spans
+only the kernels launched outside every other range of the step, and the kernels the autograd engine launches from
+its own device thread extend no copy (``gl.phase("backward")``'s copy spans only what ``loss.backward()`` launches
+on the calling thread, the gradient seed). A kernel's ``linked_correlation_id`` is the correlation id (the
+``FunctionEvent`` id) of the host operator that launched it: ``_parse_kineto_results`` appends the kernel to it.
 """
 from __future__ import annotations
 
@@ -21,16 +30,23 @@ from torch.autograd.profiler_util import EventList, FunctionEvent as _RealEvent
 
 # torch < 2.6 has no activity_type field: its events carry no such attribute, and the fakes must not either
 _HAS_ACTIVITY = "activity_type" in inspect.signature(_RealEvent.__init__).parameters
+# ... nor before 2.6 the launching operator's correlation id on a kernel
+_HAS_LINKED = "linked_correlation_id" in inspect.signature(_RealEvent.__init__).parameters
 
 
-def FunctionEvent(*args, activity_type: str | None = None, **kwargs) -> _RealEvent:   # noqa: N802 - the real class
-    """A real ``FunctionEvent``, given the kineto activity only where the installed torch records it."""
+def FunctionEvent(*args, activity_type: str | None = None, linked_correlation_id: int = 0,   # noqa: N802
+                  **kwargs) -> _RealEvent:
+    """A real ``FunctionEvent``, given the kineto activity and the launching operator's correlation id only where
+    the installed torch records them."""
     if _HAS_ACTIVITY and activity_type is not None:
         kwargs["activity_type"] = activity_type
+    if _HAS_LINKED and linked_correlation_id:
+        kwargs["linked_correlation_id"] = linked_correlation_id
     return _RealEvent(*args, **kwargs)
 
 KW = dict(use_device="cuda", stack=[], input_shapes=[])
 HOST_THREAD = 1
+AUTOGRAD_THREAD = 2     # the autograd engine's thread for the CUDA device: backward kernels are launched there
 STREAM = 7
 
 
@@ -45,30 +61,40 @@ def device_step(host: FunctionEvent, start_us: float, end_us: float) -> Function
     return device_annotation(host, start_us, end_us)
 
 
-def annotation(id: int, name: str, start_us: float, end_us: float) -> FunctionEvent:
-    """A ``record_function`` / ``gl.phase`` range on the host."""
-    return FunctionEvent(id, name, HOST_THREAD, start_us, end_us, trace_name=name, is_user_annotation=True,
+def annotation(id: int, name: str, start_us: float, end_us: float, thread: int = HOST_THREAD) -> FunctionEvent:
+    """A ``record_function`` / ``gl.phase`` range on the host (``Optimizer.step#Adam.step`` is one too)."""
+    return FunctionEvent(id, name, thread, start_us, end_us, trace_name=name, is_user_annotation=True,
                          activity_type="user_annotation", **KW)
 
 
-def device_annotation(host: FunctionEvent, start_us: float, end_us: float) -> FunctionEvent:
-    """kineto's ``gpu_user_annotation`` copy of the host range ``host``."""
-    return FunctionEvent(host.id, host.name, STREAM, start_us, end_us, trace_name=host.trace_name,
-                         device_type=DeviceType.CUDA, device_resource_id=STREAM, is_user_annotation=True,
+def engine_range(id: int, node: str, start_us: float, end_us: float) -> FunctionEvent:
+    """The autograd engine's ``autograd::engine::evaluate_function: <node>`` range on its device thread: a host
+    range of ``RecordScope::BACKWARD_FUNCTION``, not a user annotation (no device copy), recorded as a ``cpu_op``."""
+    name = f"autograd::engine::evaluate_function: {node}"
+    return FunctionEvent(id, name, AUTOGRAD_THREAD, start_us, end_us, trace_name=name, activity_type="cpu_op", **KW)
+
+
+def device_annotation(host: FunctionEvent, start_us: float, end_us: float, stream: int = STREAM) -> FunctionEvent:
+    """kineto's ``gpu_user_annotation`` copy of the host range ``host`` on ``stream`` (one copy per stream)."""
+    return FunctionEvent(host.id, host.name, stream, start_us, end_us, trace_name=host.trace_name,
+                         device_type=DeviceType.CUDA, device_resource_id=stream, is_user_annotation=True,
                          activity_type="gpu_user_annotation", **KW)
 
 
-def op(id: int, name: str, start_us: float, end_us: float) -> FunctionEvent:
-    """An operator call on the host."""
-    return FunctionEvent(id, name, HOST_THREAD, start_us, end_us, trace_name=name, activity_type="cpu_op", **KW)
+def op(id: int, name: str, start_us: float, end_us: float, thread: int = HOST_THREAD) -> FunctionEvent:
+    """An operator call on the host (on the autograd engine's thread with ``thread=AUTOGRAD_THREAD``)."""
+    return FunctionEvent(id, name, thread, start_us, end_us, trace_name=name, activity_type="cpu_op", **KW)
 
 
-def kernel(id: int, name: str, start_us: float, end_us: float, launcher: FunctionEvent | None = None) -> FunctionEvent:
-    """A kernel on the device; ``launcher`` (the host operator) gets it appended, as the post-processing does."""
+def kernel(id: int, name: str, start_us: float, end_us: float, launcher: FunctionEvent | None = None,
+           stream: int = STREAM) -> FunctionEvent:
+    """A kernel on the device; ``launcher`` (the host operator) gets it appended, as the post-processing does, and
+    is its linked correlation. ``id`` stands for CUPTI's own correlation id of the launch."""
     if launcher is not None:
         launcher.append_kernel(name, 0, end_us - start_us)
-    return FunctionEvent(id, name, STREAM, start_us, end_us, trace_name=name, device_type=DeviceType.CUDA,
-                         device_resource_id=STREAM, activity_type="kernel", **KW)
+    return FunctionEvent(id, name, stream, start_us, end_us, trace_name=name, device_type=DeviceType.CUDA,
+                         device_resource_id=stream, activity_type="kernel",
+                         linked_correlation_id=launcher.id if launcher is not None else 0, **KW)
 
 
 def event_list(events: list[FunctionEvent]) -> EventList:

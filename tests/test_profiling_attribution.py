@@ -1,13 +1,16 @@
 """Where a step's time goes, before any roofline: operator classes by name, the host's self time per class on a
 CPU (optimizer and data ranges taking their operators), the device's time per kernel class on a GPU, and the
-verdicts that come from the attribution (optimizer-bound; overhead-bound from the time outside every operator)."""
+verdicts that come from the attribution (optimizer-bound; overhead-bound from the time outside every operator).
+On a GPU the phases are the device's time, read from kineto's device copies of the ranges (``tests/fake_kineto.py``)."""
 from __future__ import annotations
 
 import pytest
 
+import fake_kineto as K
 from gpulab.profiling import ProfileSummary, diagnose_profile
-from gpulab.profiling.attribution import DEVICE_IDLE, OUTSIDE, Attribution, attribute_events, op_class
-from gpulab.profiling.events import DeviceCheck, OpStat, _phase_of
+from gpulab.profiling.attribution import (DEVICE_IDLE, OUTSIDE, Attribution, attribute_events, device_phases,
+                                          device_work_phases, op_class)
+from gpulab.profiling.events import DeviceCheck, OpStat, _interval_s, _is_device_event, _phase_of
 from gpulab.profiling.verdict import HOST_GAP_SHARE, OPTIMIZER_SHARE
 
 
@@ -131,3 +134,101 @@ def test_input_bound_still_comes_first_and_a_hand_made_summary_has_no_attributio
     assert v.verdict == "input-bound" and v.findings[1].code == "attribution"
     bare = diagnose_profile(_cpu_summary(phases, {}))
     assert "attribution" not in bare.codes
+
+
+# ---- on a GPU: the phases of the device's time ---------------------------------------------------------------
+def _on_device(events):
+    return [p for *_, p in device_work_phases(events, _phase_of, _is_device_event, _interval_s)]
+
+
+def _dev_phases(events, windows=((0.0, 1e-3),)):
+    return device_phases(events, list(windows), _phase_of, _is_device_event, _interval_s)
+
+
+def test_a_kernel_takes_the_phase_of_the_innermost_device_copy_of_a_phase_range_that_holds_it():
+    step, fwd = K.host_step(1, 0, 0, 1000), K.annotation(2, "forward", 0, 300)
+    aug = K.annotation(3, "data_augment", 10, 50)               # a data range nested in the forward one
+    opt = K.annotation(4, "Optimizer.step#Adam.step", 300, 400)
+    ev = K.event_list([step, fwd, aug, opt,
+                       K.device_annotation(fwd, 100, 400), K.device_annotation(aug, 150, 200),
+                       K.device_annotation(opt, 500, 700), K.device_step(step, 800, 900),
+                       K.kernel(10, "sgemm", 100, 150), K.kernel(11, "flip_kernel", 150, 200),
+                       K.kernel(12, "sgemm", 300, 400), K.kernel(13, "adam_elementwise", 500, 700),
+                       K.kernel(14, "add_kernel", 800, 900)])
+    # ProfilerStep's copy names no phase; a kernel no phase copy holds, with no launcher known, is in no phase
+    assert _on_device(ev) == ["forward", "data", "forward", "optimizer", None]
+    out = _dev_phases(ev)
+    assert out == pytest.approx({"data": 50e-6, "forward": 150e-6, "backward": 0.0, "optimizer": 200e-6,
+                                 "other": 100e-6, DEVICE_IDLE: 500e-6})
+
+
+def test_a_copy_holds_only_the_kernels_of_its_own_stream():
+    fwd = K.annotation(2, "forward", 0, 100)
+    ev = K.event_list([fwd, K.device_annotation(fwd, 100, 500, stream=7),
+                       K.kernel(10, "sgemm", 100, 500, stream=7), K.kernel(11, "nccl_allreduce", 200, 300, stream=9)])
+    assert _on_device(ev) == ["forward", None]
+
+
+def test_kernels_no_copy_holds_take_the_phase_of_the_host_range_that_launched_them():
+    # the autograd engine launches backward kernels from its own thread: no user range there, so no device copy
+    # holds them; their operators sit in the engine's evaluate_function ranges, the backward phase
+    bwd = K.annotation(2, "backward", 100, 400)
+    seed = K.op(3, "aten::ones_like", 110, 115)
+    node = K.engine_range(4, "MmBackward0", 120, 200)
+    mm = K.op(5, "aten::mm", 130, 140, thread=K.AUTOGRAD_THREAD)
+    loose = K.op(6, "aten::add_", 500, 505)                     # launched outside every range
+    ev = K.event_list([bwd, seed, node, mm, loose, K.kernel(10, "fill_kernel", 300, 302, launcher=seed),
+                       K.kernel(11, "sgemm", 310, 500, launcher=mm),
+                       K.kernel(12, "add_kernel", 600, 610, launcher=loose),
+                       K.device_annotation(bwd, 300, 302)])
+    assert _on_device(ev) == ["backward", "backward", None]
+    assert _dev_phases(ev)["backward"] == pytest.approx(192e-6)
+
+
+def test_device_phases_count_each_busy_moment_once_and_add_up_to_the_wall_time():
+    fwd, opt = K.annotation(2, "forward", 0, 100), K.annotation(3, "optimizer", 100, 200)
+    ev = K.event_list([fwd, opt, K.device_annotation(fwd, 0, 600, stream=7),
+                       K.device_annotation(opt, 400, 800, stream=9),
+                       K.kernel(10, "sgemm", 0, 600, stream=7), K.kernel(11, "adam", 400, 800, stream=9),
+                       K.kernel(12, "adam", 1900, 2100, stream=9)])    # in no copy; runs past the last window
+    out = _dev_phases(ev, windows=[(0.0, 1e-3), (1e-3, 2e-3)])
+    # 400-600 us: both streams busy, half each; the windows end at 2 ms
+    assert out["forward"] == pytest.approx(500e-6) and out["optimizer"] == pytest.approx(300e-6)
+    assert out["other"] == pytest.approx(100e-6)
+    assert out[DEVICE_IDLE] == pytest.approx(2e-3 - 900e-6) and sum(out.values()) == pytest.approx(2e-3)
+
+
+def test_kernels_in_the_optimizer_or_data_phase_are_classed_by_it_and_range_copies_are_no_work():
+    step, data, opt = K.host_step(1, 0, 0, 1000), K.annotation(2, "data", 0, 50), K.annotation(3, "optimizer", 50, 90)
+    ev = K.event_list([step, data, opt, K.device_annotation(data, 0, 100), K.device_annotation(opt, 200, 500),
+                       K.device_step(step, 600, 700), K.kernel(10, "Memcpy HtoD (Pinned -> Device)", 0, 100),
+                       K.kernel(11, "vectorized_elementwise_kernel", 200, 500), K.kernel(12, "sgemm", 600, 700)])
+    out = attribute_events(ev, [(0.0, 1e-3)], _phase_of, _is_device_event, _interval_s, 500e-6)
+    assert out == pytest.approx({"data loading": 100e-6, "optimizer updates": 300e-6, "matmul/conv": 100e-6,
+                                 DEVICE_IDLE: 500e-6})
+
+
+def _gpu_summary(**kw):
+    base = dict(label="fab", device_kind="cuda", steps=1, warmup=1, step_times_s=(0.01,),
+                phases_s={"data": 0.0, "forward": 0.002, "backward": 0.002, "optimizer": 0.001, "other": 0.005},
+                ops=(OpStat("gemm", 1, 0.0, 0.0, 0.004, 0.004, device_work=True),), op_calls_per_step=50.0,
+                median_op_s=5e-6, syncs_per_step=0.0, device=DeviceCheck(True, 10, 0.009, 1e-4, "10 device events"),
+                op_classes_s={"optimizer updates": 0.006, "matmul/conv": 0.003, DEVICE_IDLE: 0.001})
+    base.update(kw)
+    return ProfileSummary(**base)
+
+
+def test_on_a_gpu_the_attribution_reads_the_device_phases_and_the_summary_keeps_the_hosts():
+    dev = {"data": 0.0, "forward": 0.0015, "backward": 0.0015, "optimizer": 0.006, "other": 0.0, DEVICE_IDLE: 0.001}
+    s = _gpu_summary(device_phases_s=dev)
+    att = s.attribution
+    assert att.basis == "device time" and att.phase_share("optimizer") == pytest.approx(0.6)
+    assert s.share("optimizer") == pytest.approx(0.1)                   # the host's range
+    assert att.largest_phase == ("optimizer", pytest.approx(0.6)) and "device idle 10%" in att.summary()
+    # the device mostly idle: its idle time is a row, never the largest phase
+    idle = Attribution(0.01, 1, "device time", (("forward", 0.002), ("other", 0.0), (DEVICE_IDLE, 0.008)), ())
+    assert idle.largest_phase == ("forward", pytest.approx(0.2))
+    # a summary without device phases (made by hand) reads the host's, and says so
+    bare = _gpu_summary().attribution
+    assert bare.basis == "device time, phases by host ranges" and bare.phase_share("optimizer") == pytest.approx(0.1)
+    assert _cpu_summary({"optimizer": 0.005, "other": 0.005}, {OUTSIDE: 0.01}).attribution.basis == "host self time"

@@ -272,6 +272,9 @@ def fake_a100(monkeypatch, pretend_gpus):
 
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA A100-SXM4-40GB")
+    # the field cache_levels reads (an A100's 40 MiB L2, as torch reports it in bytes)
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda device=None: type("Props", (), {"L2_cache_size": 40 << 20, "name": "A100"})())
     calls = []
 
     def matmul(n, dtype="float32", device=None, min_run_time=0.5, warmup=2):
@@ -284,7 +287,8 @@ def fake_a100(monkeypatch, pretend_gpus):
     def bandwidth(nbytes, device=None, min_run_time=0.5, warmup=2):
         calls.append(("copy", nbytes, str(device)))
         moved = 2 * (nbytes // 4) * 4
-        return Measurement(f"copy {nbytes}", (moved / 1.3e12,), 1, str(device), 1, environment(device),
+        rate = 1.3e12 if moved > 40 << 20 else 3.5e12      # HBM, or the L2 for a copy that fits it
+        return Measurement(f"copy {nbytes}", (moved / rate,), 1, str(device), 1, environment(device),
                            "torch.utils.benchmark", 0, bytes_moved=moved)
 
     monkeypatch.setattr(limits, "measure_matmul", matmul)
@@ -297,10 +301,13 @@ def fake_a100(monkeypatch, pretend_gpus):
 def test_cuda_and_cuda_0_share_one_measurement(fake_a100):
     kw = dict(dtypes=["float32"], sizes=[4096], copy_bytes=1 << 30)
     first = gl.machine_limits("cuda", **kw)
-    assert first.device == "cuda:0" and len(fake_a100) == 2                       # one matmul, one copy
+    assert first.device == "cuda:0" and len(fake_a100) == 3      # one matmul, the HBM copy and the L2 copy
     for same in ("cuda:0", torch.device("cuda"), torch.device("cuda", 0), 0):
         assert gl.machine_limits(same, **kw) is first, same
-    assert len(fake_a100) == 2 and {c[-1] for c in fake_a100} == {"cuda:0"}       # measured once, on cuda:0
+    assert len(fake_a100) == 3 and {c[-1] for c in fake_a100} == {"cuda:0"}       # measured once, on cuda:0
+    assert [c[:2] for c in fake_a100[1:]] == [("copy", 1 << 30), ("copy", 10 << 20)]   # L2 / 4: half of it in use
+    assert first.bandwidth_tiers[0][:2] == ("L2", 20 << 20) and first.bandwidth_bytes_per_s == pytest.approx(1.3e12)
+    assert first.bandwidth_for(8 << 20) == pytest.approx(3.5e12) and first.bandwidth_for(1 << 30) == pytest.approx(1.3e12)
 
 
 def test_tf32_on_and_off_are_remembered_apart(fake_a100):
@@ -319,12 +326,13 @@ def test_tf32_on_and_off_are_remembered_apart(fake_a100):
     assert on.peak_flops("float32") == pytest.approx(0.8 * A100_TF32)
     assert on.peak_flops("bfloat16") == off.peak_flops("bfloat16")               # shared: measured once
     assert [c[:3] for c in fake_a100] == [("matmul", 4096, "float32"), ("matmul", 4096, "bfloat16"),
-                                          ("copy", 1 << 30, "cuda:0"), ("matmul", 4096, "float32")]
+                                          ("copy", 1 << 30, "cuda:0"), ("copy", 10 << 20, "cuda:0"),
+                                          ("matmul", 4096, "float32")]
     assert "matmul float32 (TF32)" in repr(on) and "TF32 allowed" in on.method
     assert "(TF32)" not in repr(off) and "without TF32" in off.method
     with tf32_switched(matmul=True):
         assert gl.machine_limits("cuda", refresh=True, **kw) is not on           # refresh forgets both settings
-    assert len(fake_a100) == 4 + 3
+    assert len(fake_a100) == 5 + 4
 
 
 def test_cpu_ceilings_ignore_the_tf32_switch():

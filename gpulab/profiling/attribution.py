@@ -9,6 +9,13 @@ its own row. An operator inside the optimizer's range (``Optimizer.step#Adam.ste
 themselves, or a ``gl.phase("optimizer")``) counts as an optimizer update whatever its name; inside the data phase,
 as data loading.
 
+On a GPU the phases are device time too (:func:`device_phases`): the host runs ahead of the device, so a host
+range says how long the CPU took to queue a phase's work, not how long the GPU ran it. kineto copies every
+``record_function`` range onto the device timeline (``gpu_user_annotation``) from the first to the last kernel
+launched inside it; each kernel, copy and memset counts in the phase of the innermost such copy that holds it,
+else in the phase of the host operator that launched it, else in ``other``; the device's idle time is the
+:data:`DEVICE_IDLE` row, so the phases still add up to the steps' wall time.
+
 Example:
     >>> from gpulab.profiling.attribution import op_class
     >>> op_class("aten::addmm"), op_class("aten::relu"), op_class("aten::_foreach_add_"), op_class("aten::item")
@@ -22,8 +29,10 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from .._format import fmt_seconds, html_table, text_table
+from .events import PHASES
 
-__all__ = ["CLASSES", "OUTSIDE", "DEVICE_IDLE", "Attribution", "op_class", "attribute_events"]
+__all__ = ["CLASSES", "OUTSIDE", "DEVICE_IDLE", "Attribution", "op_class", "attribute_events", "device_phases",
+           "device_work_phases"]
 
 OUTSIDE = "outside any operator"
 DEVICE_IDLE = "device idle"
@@ -89,8 +98,9 @@ def op_class(name: str, *, device: bool = False) -> str:
 @dataclass(frozen=True)
 class Attribution:
     """A profiled step's time, summed over the profiled steps: ``phases`` (seconds per phase, ``other`` being what
-    no phase range covers) and ``classes`` (seconds per operator class, with :data:`OUTSIDE` on a CPU or
-    :data:`DEVICE_IDLE` on a GPU), both out of ``total_s``. ``basis`` says whose time the classes share."""
+    no phase range covers; on a GPU, device time with :data:`DEVICE_IDLE` as its own row) and ``classes`` (seconds
+    per operator class, with :data:`OUTSIDE` on a CPU or :data:`DEVICE_IDLE` on a GPU), both out of ``total_s``,
+    the steps' wall time. ``basis`` says whose time they share."""
 
     total_s: float
     steps: int
@@ -113,8 +123,9 @@ class Attribution:
 
     @property
     def largest_phase(self) -> tuple[str, float]:
-        """(phase, share) of the largest phase other than ``other`` (time no phase range covers)."""
-        named = [(p, s) for p, s in self.phases if p != "other" and s > 0]
+        """(phase, share) of the largest phase other than ``other`` (time no phase range covers) and the device's
+        idle time."""
+        named = [(p, s) for p, s in self.phases if p not in ("other", DEVICE_IDLE) and s > 0]
         name, seconds = max(named, key=lambda c: c[1], default=("other", dict(self.phases).get("other", 0.0)))
         return name, (seconds / self.total_s if self.total_s > 0 else 0.0)
 
@@ -146,17 +157,17 @@ def attribute_events(events: Iterable[Any], windows: list[tuple[float, float]], 
                      interval_s: Any, device_busy_s: float | None) -> dict[str, float]:
     """Seconds per operator class over the profiled step ``windows``: host self time of every operator on a CPU
     (an operator inside the optimizer's range is an optimizer update, inside the data phase data loading), or,
-    when device events were recorded, device time per kernel class plus :data:`DEVICE_IDLE`; the host's
-    uncovered time is :data:`OUTSIDE` on a CPU."""
+    when device events were recorded, device time per kernel class plus :data:`DEVICE_IDLE` (a kernel in the
+    optimizer's phase, by :func:`device_work_phases`, is an optimizer update, in the data phase data loading; the
+    device copies of the ranges are no work); the host's uncovered time is :data:`OUTSIDE` on a CPU."""
     events = list(events)
     total = sum(b - a for a, b in windows)
-    device = [e for e in events if is_device(e)]
     out: dict[str, float] = {}
-    if device and device_busy_s is not None:
-        for e in device:
-            a, b = interval_s(e)
+    if device_busy_s is not None and any(is_device(e) for e in events):
+        for a, b, name, ph in device_work_phases(events, phase_of, is_device, interval_s):
             if b > a:
-                cls = op_class(e.name, device=True)
+                cls = ("optimizer updates" if ph == "optimizer" else "data loading" if ph == "data"
+                       else op_class(name, device=True))
                 out[cls] = out.get(cls, 0.0) + (b - a)
         out[DEVICE_IDLE] = max(0.0, total - device_busy_s)
         return out
@@ -177,4 +188,109 @@ def attribute_events(events: Iterable[Any], windows: list[tuple[float, float]], 
         cls = cls or op_class(name)
         out[cls] = out.get(cls, 0.0) + self_s
     out[OUTSIDE] = max(0.0, total - sum(out.values()))
+    return out
+
+
+_EPS_S = 1e-9     # a kineto range copy starts and ends exactly at a kernel's timestamps (ns): allow rounding only
+
+
+def _stream(e: Any) -> tuple[Any, Any]:
+    return getattr(e, "device_index", None), getattr(e, "device_resource_id", None)
+
+
+def device_work_phases(events: Iterable[Any], phase_of: Any, is_device: Any,
+                       interval_s: Any) -> list[tuple[float, float, str, str | None]]:
+    """``(start_s, end_s, name, phase)`` of each kernel, copy and memset among profiler ``events``.
+
+    Its phase is that of the innermost device-side range copy (kineto's ``gpu_user_annotation``: a device event with
+    ``is_user_annotation``, named as its host range) on the same stream whose interval holds it and whose name
+    ``phase_of`` maps to a phase (``forward``, ``Optimizer.step#Adam.step``; ``ProfilerStep*`` and other ranges
+    are passed over). kineto ties a kernel to the innermost ``record_function`` range open on the thread that
+    launched it, so the kernels the autograd engine launches from its own device thread have none: those, and
+    any kernel no phase copy holds, take the phase of the host operator that launched it (its
+    ``linked_correlation_id``, then the host ranges around it: ``autograd::engine::evaluate_function`` is the
+    backward phase); otherwise the phase is None.
+
+    Example:
+        >>> from types import SimpleNamespace as E
+        >>> ev = [E(name="forward", t=(0, 10), dev=True, is_user_annotation=True),
+        ...       E(name="gemm", t=(1, 9), dev=True, is_user_annotation=False),
+        ...       E(name="gemm", t=(12, 15), dev=True, is_user_annotation=False)]
+        >>> from gpulab.profiling.events import _phase_of
+        >>> [p for *_, p in device_work_phases(ev, _phase_of, lambda e: e.dev, lambda e: e.t)]
+        ['forward', None]
+    """
+    events = list(events)
+    ranges: list[tuple[float, float, tuple[Any, Any], str]] = []
+    work: list[tuple[float, float, Any]] = []
+    host: dict[Any, Any] = {}
+    for e in events:
+        if not is_device(e):
+            # the operators and ranges Python opened (runtime calls link to one: their own ids are CUPTI's)
+            if not getattr(e, "linked_correlation_id", 0) and getattr(e, "id", None) is not None:
+                host.setdefault(e.id, e)
+            continue
+        a, b = interval_s(e)
+        if getattr(e, "is_user_annotation", False):
+            ph = phase_of(e.name)
+            if ph is not None:
+                ranges.append((a, b, _stream(e), ph))
+        else:
+            work.append((a, b, e))
+    ranges.sort(key=lambda r: r[0])
+    work.sort(key=lambda w: w[0])
+    out: list[tuple[float, float, str, str | None]] = []
+    active: list[tuple[float, float, tuple[Any, Any], str]] = []
+    j = 0
+    for a, b, e in work:
+        while j < len(ranges) and ranges[j][0] <= a + _EPS_S:
+            active.append(ranges[j])
+            j += 1
+        active = [r for r in active if r[1] >= a - _EPS_S]     # kernels come in start order: an ended range is done
+        key = _stream(e)
+        holding = [r for r in active if r[1] >= b - _EPS_S and r[2] == key]
+        ph = max(holding, key=lambda r: (r[0], -r[1]))[3] if holding else None
+        launcher = host.get(getattr(e, "linked_correlation_id", 0) or None)
+        while ph is None and launcher is not None:
+            ph = phase_of(launcher.name)
+            launcher = getattr(launcher, "cpu_parent", None)
+        out.append((a, b, e.name, ph))
+    return out
+
+
+def device_phases(events: Iterable[Any], windows: list[tuple[float, float]], phase_of: Any, is_device: Any,
+                  interval_s: Any) -> dict[str, float]:
+    """The device's time over the profiled step ``windows`` per phase (data, forward, backward, optimizer;
+    ``other`` for kernels in no phase, by :func:`device_work_phases`), with :data:`DEVICE_IDLE` for the time no
+    kernel, copy or memset runs: the rows add up to the windows' wall time. Concurrent kernels (several streams)
+    share the time they overlap equally, so each moment of the device's busy time counts once.
+
+    Example:
+        >>> from types import SimpleNamespace as E
+        >>> from gpulab.profiling.events import _phase_of
+        >>> ev = [E(name="Optimizer.step#Adam.step", t=(4, 10), dev=True, is_user_annotation=True),
+        ...       E(name="gemm", t=(0, 3), dev=True, is_user_annotation=False),
+        ...       E(name="add_", t=(4, 10), dev=True, is_user_annotation=False)]
+        >>> device_phases(ev, [(0, 12)], _phase_of, lambda e: e.dev, lambda e: e.t)
+        {'data': 0.0, 'forward': 0.0, 'backward': 0.0, 'optimizer': 6.0, 'other': 3.0, 'device idle': 3.0}
+    """
+    out = {p: 0.0 for p in (*PHASES, "other")}
+    marks: list[tuple[float, int, str]] = []
+    for a, b, _, ph in device_work_phases(events, phase_of, is_device, interval_s):
+        for lo, hi in windows:
+            x, y = max(a, lo), min(b, hi)
+            if y > x:
+                marks += [(x, 1, ph or "other"), (y, -1, ph or "other")]
+    marks.sort(key=lambda m: (m[0], m[1]))
+    running: dict[str, int] = {}
+    n, prev = 0, 0.0
+    for t, d, ph in marks:
+        if n and t > prev:
+            for p, c in running.items():
+                if c:
+                    out[p] += (t - prev) * c / n
+        running[ph] = running.get(ph, 0) + d
+        n += d
+        prev = t
+    out[DEVICE_IDLE] = max(0.0, sum(b - a for a, b in windows) - sum(out.values()))
     return out

@@ -184,7 +184,10 @@ def profile(fn: Callable[[], Any], steps: int = 5, warmup: int = 1, *, label: st
     (``count_work``; it is slower, and not recorded) to learn the step's FLOPs and bytes per operator, and
     ``limits`` (default: :func:`gpulab.machine_limits` of the device, measured once per process; ``False``
     for none) gives the ceilings to compare the step with. With ``warmup=0`` nothing is counted. The same
-    call notes the tensors it made, to tell afterwards whether a step's graph outlives it (a leak).
+    call notes the tensors it made, to tell afterwards whether a step's graph outlives it (a leak). On a CPU the
+    ceilings are those of the threads the step ran with (``torch.get_num_threads()``: given ``limits`` measured with
+    another count are measured again for it), and a step on fewer threads than the usable cores also gets the
+    whole machine's (``whole_machine``), so the verdict can say what the idle cores would give.
 
     A step that would run no work is refused with a ``TypeError``/``ValueError`` naming ``fn``: a generator or async
     function, a call that returns a generator or coroutine (closed unrun), or a model or tensors on the ``meta``
@@ -252,6 +255,7 @@ def _profile(fn: Callable[[], Any], steps: int, warmup: int, *, label: str, memo
             path.append(str(p))
 
     allocs_before = _cuda_allocs(torch) if cuda else 0
+    idle_before = None
     work, created, rest = None, [], warmup
     if count_work and warmup >= 1:
         from ..work import _count
@@ -266,6 +270,8 @@ def _profile(fn: Callable[[], Any], steps: int, warmup: int, *, label: str, memo
                                     schedule=schedule(wait=0, warmup=rest, active=steps, repeat=1),
                                     on_trace_ready=on_ready) as prof:
             for i in range(rest + steps):
+                if i == rest and not cuda:
+                    idle_before = _idle_cpu_s()
                 fn()
                 # the recorded steps run as the loop runs: the host queues step k+1 while the GPU still works on
                 # step k. The device is drained only after the last warm-up step (before recording starts) and
@@ -274,17 +280,79 @@ def _profile(fn: Callable[[], Any], steps: int, warmup: int, *, label: str, memo
                 if cuda and i in (rest - 1, rest + steps - 1):
                     torch.cuda.synchronize(device)
                 prof.step()
+    idle = _idle_cores(idle_before, _idle_cpu_s()) if not cuda else None
     cuda_used = cuda and _cuda_allocs(torch) > allocs_before
     kept = _kept_graph(created) if work is not None else None
-    ceilings = None
-    if limits is None and work is not None:
-        from ..limits import machine_limits
+    ceilings, threads, cores, whole = _ceilings(kind, limits, work)
+    summary = _summarise(prof, label, kind, steps, warmup, cuda, cuda_used, memory, path[0] if path else None,
+                         work=work, limits=ceilings, kept_graph=kept)
+    return replace(summary, threads=threads, cores=cores, whole_machine=whole, idle_cores=idle) if threads else summary
 
-        ceilings = machine_limits(kind)
-    elif limits is not None and limits is not False:
-        ceilings = limits
-    return _summarise(prof, label, kind, steps, warmup, cuda, cuda_used, memory, path[0] if path else None,
-                      work=work, limits=ceilings, kept_graph=kept)
+
+def _idle_cpu_s() -> tuple[float, float] | None:
+    """(now, idle seconds summed over the CPUs this process may run on), from the OS's counters; None without them."""
+    import psutil
+
+    try:
+        mine = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        mine = None
+    try:
+        per = psutil.cpu_times(percpu=True)
+    except Exception:   # pragma: no cover - an OS without per-CPU counters
+        return None
+    cpus = [per[c] for c in mine if c < len(per)] if mine else per
+    return time.perf_counter(), float(sum(t.idle + getattr(t, "iowait", 0.0) for t in cpus))
+
+
+def _idle_cores(before: tuple[float, float] | None, after: tuple[float, float] | None) -> float | None:
+    """Cores' worth of idle time during the profiled steps (what the other cores had to give); None when the steps
+    were too short for the OS's 10 ms counters to say."""
+    if before is None or after is None or after[0] - before[0] < 0.1:
+        return None
+    return max(0.0, (after[1] - before[1]) / (after[0] - before[0]))
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on: the cores in its affinity mask, at most the machine's physical cores
+    (torch's default thread count; hyper-threads add little to matmuls)."""
+    import psutil
+
+    try:
+        allowed = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):      # macOS, Windows
+        allowed = os.cpu_count() or 1
+    physical = psutil.cpu_count(logical=False) or allowed
+    return max(1, min(allowed, physical))
+
+
+def _ceilings(kind: str, limits: Any, work: Any) -> tuple[Any, int | None, int | None, Any]:
+    """``(ceilings, threads, cores, whole_machine)`` for a profiled step. The ceilings are those of the threads the
+    step ran with: measured once per process (``limits=None``), or the ones given when they were measured with
+    as many threads (given ones measured with another count are kept for the whole machine when that count is
+    every core, and the step's own are measured). On a CPU step using fewer threads than the cores, the whole
+    machine's ceilings are measured too (all cores, once per process), for the gain the rest would give."""
+    if limits is False or (limits is None and work is None):
+        return None, None, None, None
+    from ..limits import machine_limits
+
+    if kind != "cpu" or work is None:
+        return (machine_limits(kind) if limits is None else limits), None, None, None
+    torch = _torch()
+    threads, cores = torch.get_num_threads(), usable_cores()
+    measured_with = getattr(getattr(limits, "env", None), "threads", None)   # None: ceilings made by hand
+    given = limits if limits is not None and measured_with in (threads, None) else None
+    ceilings = given or machine_limits(kind)
+    whole = None
+    if threads < cores:
+        if limits is not None and measured_with == cores:
+            whole = limits
+        else:
+            from ..interleaved import threads as with_threads
+
+            with with_threads(cores):
+                whole = machine_limits(kind)
+    return ceilings, threads, cores, whole
 
 
 def _kept_graph(created: list[Any]) -> tuple[int, int]:
@@ -393,14 +461,17 @@ def _summarise(prof: Any, label: str, kind: str, steps: int, warmup: int, cuda: 
         # torch's GPU fallback (no CUPTI): CUDA events around each operator time it, on the CPU rows
         dev = replace(dev, note=f"{dev.note}; torch's CUDA-event fallback timed each operator instead "
                                 "(self device times on the operator rows, no kernel rows)")
-    from .attribution import attribute_events
+    from .attribution import attribute_events, device_phases
 
     classes = attribute_events(events, windows, _phase_of, _is_device_event, _interval_s,
                                dev.busy_s if dev.kernels else None)
+    # on a GPU the attribution's phases are the device's: the host's optimizer range can be short while the device
+    # spends most of the step in the kernels it queued
+    dev_phases = device_phases(events, windows, _phase_of, _is_device_event, _interval_s) if dev.kernels else {}
     return ProfileSummary(
         label=label, device_kind=kind, steps=n, warmup=warmup,
         step_times_s=tuple(b - a for a, b in windows), phases_s=phases, ops=tuple(ops),
         op_calls_per_step=len(top_ops) / n, median_op_s=statistics.median(top_ops) if top_ops else None,
         syncs_per_step=syncs / n, device=dev, trace_path=trace_path, memory=memory, ranges_s=ranges,
         op_time_s=float(sum(top_ops)), long_op_time_s=float(sum(t for t in top_ops if t >= LONG_OP_S)), sync_s=float(sum(b - a for a, b in sync_spans)), work=work, limits=limits,
-        kept_graph=kept_graph, op_classes_s=classes)
+        kept_graph=kept_graph, op_classes_s=classes, device_phases_s=dev_phases)

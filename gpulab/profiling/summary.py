@@ -45,6 +45,17 @@ class ProfileSummary:
     # seconds per operator class over the profiled steps (gpulab.profiling.attribution): host self time on a CPU,
     # device time on a GPU; empty for a summary made by hand
     op_classes_s: dict[str, float] = field(default_factory=dict)
+    # when device events were recorded: seconds of the device's time per phase over the profiled steps, each kernel
+    # in the phase of the device's copy of its range (gpulab.profiling.attribution.device_phases), "device idle"
+    # its own row; the attribution's phases then. ``phases_s`` stays the host's view (the input-bound verdict asks
+    # how long the host waited for data)
+    device_phases_s: dict[str, float] = field(default_factory=dict)
+    # on a CPU: the threads the step ran with (torch.get_num_threads()), the cores this process may use, and the
+    # ceilings of all of them when the step used fewer (measured by gl.profile; None otherwise)
+    threads: int | None = None
+    cores: int | None = None
+    whole_machine: Any = None
+    idle_cores: float | None = None    # cores' worth of idle CPU time during the profiled steps (CPU only)
     # wall time of a profiled step (profiler overhead included): the median on a CPU; the mean when a GPU was
     # profiled, whose steps are host-side windows of a loop that never waits for the device until its last step
     step_s: float = field(init=False)
@@ -84,12 +95,16 @@ class ProfileSummary:
     @property
     def attribution(self) -> Any:
         """Where the step's time goes, by phase and by operator class, before any roofline
-        (:class:`~gpulab.profiling.attribution.Attribution`)."""
+        (:class:`~gpulab.profiling.attribution.Attribution`): on a GPU both are the device's time
+        (:attr:`device_phases_s`), on a CPU the host's."""
         from .attribution import Attribution
 
-        basis = "device time" if self.device.kernels else "host self time"
-        return Attribution(self.total_s, self.steps, basis, tuple(self.phases_s.items()),
-                           tuple(self.op_classes_s.items()))
+        if self.device_phases_s:
+            basis, phases = "device time", self.device_phases_s
+        else:
+            basis = "device time, phases by host ranges" if self.device.kernels else "host self time"
+            phases = self.phases_s
+        return Attribution(self.total_s, self.steps, basis, tuple(phases.items()), tuple(self.op_classes_s.items()))
 
     @property
     def roofline(self) -> Any:

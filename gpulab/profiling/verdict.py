@@ -1,12 +1,13 @@
-"""A profile's bottleneck verdict, grounded in the machine's measured ceilings (a roofline per step).
+"""A profile's bottleneck verdict: where the time goes first, then the machine's measured ceilings.
 
-The step's work (FLOPs and bytes per operator, counted in a warm-up call) at the ceilings of
-:func:`gpulab.machine_limits` gives the time the step would need if every operator ran at its roof; the
-measured step time against that says whether the step is near a ceiling (compute- or memory-bound, or
-*precision-bound*: at the fp32 ceiling where the measured 16-bit one is well above) or far from both
-(overhead: small operators, Python between them; on a GPU, sync-bound when the device idles after host
-syncs). Input-bound comes first, from the data phase. The same verdict names hold on a CPU and a GPU
-wherever the cause is the same.
+Input-bound comes first, from the data phase; then a part that dominates whatever any roofline says (the optimizer
+step; on a CPU, the time outside every operator). Otherwise the step's roofline (:mod:`.steproof`: its work at the
+measured ceilings, each operator's bytes at the bandwidth of the cache its working set fits) says whether the step
+is near a ceiling (compute- or memory-bound, *precision-bound* at the fp32 ceiling where the measured 16-bit one is
+well above, *thread-bound* near the ceilings of fewer threads than the machine has) or far from both (overhead:
+small operators, Python between them; on a GPU, sync-bound when the device idles after host syncs). Each cause
+comes with its fix and the gain the measured shares and ceilings give. The same verdict names hold on a CPU and a
+GPU wherever the cause is the same.
 
 Example:
     >>> from gpulab.profiling.verdict import VERDICTS
@@ -15,21 +16,25 @@ Example:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from .._format import fmt_bytes, fmt_rate, fmt_seconds, html_table, text_table
+from .._format import fmt_rate, fmt_seconds
 from .events import MANY_OPS_PER_STEP, TINY_KERNEL_S, TINY_OP_S
+from .steproof import StepRoofline, step_roofline, thread_gain
 
 __all__ = [
+    "CAST_SHARE",
     "FASTER_16BIT",
+    "IDLE_CORES_SHARE",
     "NEAR_CEILING",
     "OPTIMIZER_SHARE",
     "SYNC_IDLE_SHARE",
+    "THREAD_GAIN",
     "VERDICTS",
     "StepRoofline",
     "diagnose_profile",
     "step_roofline",
+    "thread_gain",
 ]
 
 NEAR_CEILING = 0.5     # the step's work at the ceilings takes at least half its measured time: bound by a roof
@@ -42,6 +47,9 @@ SLOW_COMPUTE_SHARE = 0.25  # long operators on the compute side this far below t
 PRECISION_SHARE = 0.4  # ... and at this share of the fp32 ceiling or more, a faster 16-bit ceiling is the lever
 OPTIMIZER_SHARE = 0.4  # the optimizer's range takes this share of the step and more than any other phase
 OPTIMIZER_NOTE_SHARE = 0.2  # ... or this much beside another verdict: worth a finding of its own
+THREAD_GAIN = 1.25     # the whole machine's ceilings would make a near-the-roof step this much faster: thread-bound
+IDLE_CORES_SHARE = 0.5  # ... unless less than this share of the cores it leaves were idle during the profile
+CAST_SHARE = 0.15      # copies and casts take this share of the step: named, with autocast's casts as the usual cause
 
 VERDICTS = {
     "input-bound": "the step waits for data (30% or more of its time in the data phase)",
@@ -50,105 +58,12 @@ VERDICTS = {
     "sync-bound": "the device idles after host syncs (.item(), printing a loss) while the host issues new work",
     "optimizer-bound": "the optimizer step takes the largest share of the step: per-parameter-tensor updates "
                        "(unfused, or thousands of small tensors)",
+    "thread-bound": "the step runs near the ceilings of the threads it uses, on fewer threads than the machine has: "
+                    "the measured ceilings of the whole machine are well above",
     "memory-bound": "the step is near the memory-bandwidth ceiling: elementwise work moving many bytes per FLOP",
     "compute-bound": "the step is near the compute ceiling of its precision",
     "precision-bound": "the step is near the fp32 compute ceiling while the measured 16-bit ceiling is well above",
 }
-
-
-@dataclass(frozen=True)
-class StepRoofline:
-    """One step against the ceilings: achieved FLOP/s and bandwidth, their shares (never above 100%: a
-    ceiling a step beats is raised to the step's rate, and ``notes`` say so) and the time the step's
-    operators need at the ceilings (``ideal_compute_s`` + ``ideal_memory_s``) against its time."""
-
-    step_s: float
-    dtype: str
-    flops: int
-    bytes_moved: int
-    flops_ceiling: float
-    bandwidth: float
-    ideal_compute_s: float
-    ideal_memory_s: float
-    notes: tuple[str, ...] = ()
-
-    @property
-    def achieved_flops_per_s(self) -> float:
-        return self.flops / self.step_s
-
-    @property
-    def achieved_bytes_per_s(self) -> float:
-        return self.bytes_moved / self.step_s
-
-    @property
-    def compute_share(self) -> float:
-        return min(1.0, self.achieved_flops_per_s / self.flops_ceiling)
-
-    @property
-    def memory_share(self) -> float:
-        return min(1.0, self.achieved_bytes_per_s / self.bandwidth)
-
-    @property
-    def efficiency(self) -> float:
-        """Time at the ceilings / measured time (0..1): how close the step runs to the machine's limits."""
-        return min(1.0, (self.ideal_compute_s + self.ideal_memory_s) / self.step_s)
-
-    @property
-    def bound(self) -> str:
-        """"compute" or "memory": the roof that bounds most of the step's ideal time."""
-        return "compute" if self.ideal_compute_s >= self.ideal_memory_s else "memory"
-
-    @property
-    def evidence(self) -> str:
-        return (f"{fmt_rate(self.achieved_flops_per_s, 'FLOP/s')} = {self.compute_share:.0%} of the measured "
-                f"{self.dtype} ceiling ({fmt_rate(self.flops_ceiling, 'FLOP/s')}); "
-                f"{fmt_rate(self.achieved_bytes_per_s)} = {self.memory_share:.0%} of the memory ceiling "
-                f"({fmt_rate(self.bandwidth)}); the operators need "
-                f"{fmt_seconds(self.ideal_compute_s + self.ideal_memory_s)} at the ceilings, the step took "
-                f"{fmt_seconds(self.step_s)} ({self.efficiency:.0%})")
-
-    def _rows(self) -> list[tuple[str, str, str]]:
-        return [("compute", fmt_rate(self.achieved_flops_per_s, "FLOP/s"),
-                 f"{self.compute_share:.0%} of {fmt_rate(self.flops_ceiling, 'FLOP/s')} ({self.dtype})"),
-                ("memory", fmt_rate(self.achieved_bytes_per_s),
-                 f"{self.memory_share:.0%} of {fmt_rate(self.bandwidth)}"),
-                ("time at the ceilings", fmt_seconds(self.ideal_compute_s + self.ideal_memory_s),
-                 f"{self.efficiency:.0%} of the {fmt_seconds(self.step_s)} step")]
-
-    def __repr__(self) -> str:
-        return (f"Step roofline: {fmt_rate(self.flops, 'FLOP')}, {fmt_bytes(self.bytes_moved)} per step, "
-                f"{self.bound}-bound side\n" + text_table(("", "achieved", "share of ceiling"), self._rows())
-                + "".join(f"\n{n}" for n in self.notes))
-
-    def _repr_html_(self) -> str:
-        return html_table(("", "achieved", "share of ceiling"), self._rows(),
-                          caption=f"Step roofline ({self.bound}-bound side)", footer="; ".join(self.notes) or None)
-
-
-def step_roofline(work: Any, limits: Any, step_s: float) -> StepRoofline | None:
-    """The step's :class:`StepRoofline` from its :class:`~gpulab.work.Work` and :class:`~gpulab.MachineLimits`
-    (None when either is missing or the step did nothing)."""
-    from ..limits import ceiling_for
-
-    if work is None or limits is None or step_s <= 0 or work.ops == 0:
-        return None
-    dtype = work.main_dtype or "float32"
-    if not limits.has(dtype):
-        dtype = "float32"
-    notes = []
-    peak, note = ceiling_for(limits.peak_flops(dtype), [("this step", work.flops / step_s)])
-    if note:
-        notes.append(note)
-    bw = limits.bandwidth_bytes_per_s
-    if work.bytes_moved / step_s > bw:
-        notes.append(f"the step moved {fmt_rate(work.bytes_moved / step_s)}, above the memory ceiling "
-                     f"({fmt_rate(bw)}, a copy beyond the caches): part of its data stayed in the caches")
-
-    def peak_of(d: str) -> float | None:
-        return max(limits.peak_flops(d), peak if d == dtype else 0.0) if limits.has(d) else None
-
-    compute, memory = work.ideal_s(peak_of, bw)
-    return StepRoofline(step_s, dtype, work.flops, work.bytes_moved, peak, bw, compute, memory, tuple(notes))
 
 
 def _in_operators(s: Any) -> float:
@@ -230,22 +145,25 @@ def _attribution_finding(s: Any) -> Any:
 
 def _dominant_part(s: Any, f: list[Any], gpu: bool, decide: bool, roof: StepRoofline | None) -> str | None:
     """The verdict when a part outside any roofline dominates (``decide``): the optimizer step
-    (``optimizer-bound``) or, on a CPU, Python between the operators (``overhead-bound``); otherwise a note when the
-    optimizer takes a large share."""
+    (``optimizer-bound``) or, on a CPU, Python between the operators (``overhead-bound``); None when no part does."""
     from ..telemetry.diagnose import Finding
-    from .attribution import OUTSIDE
+    from .attribution import DEVICE_IDLE, OUTSIDE
 
     if not s.op_classes_s:
         return None
     att = s.attribution
     at_roof = f"; {roof.evidence}" if roof is not None else ""
-    opt = att.phase_share("optimizer")
-    top_phase = max((sh for p, sh in att.phases if p != "optimizer"), default=0.0) / att.total_s if att.total_s else 0
+    opt = _optimizer_share(s)
+    top_phase = max((sh for p, sh in att.phases if p not in ("optimizer", DEVICE_IDLE)), default=0.0) / att.total_s \
+        if att.total_s else 0
     if decide and opt >= OPTIMIZER_SHARE and opt >= top_phase:
+        where = (f"optimizer updates {att.share('optimizer updates'):.0%} of the device's time; the host's optimizer "
+                 f"range {s.share('optimizer'):.0%} of the step (launching its kernels)" if att.basis == "device time"
+                 else f"optimizer updates {att.share('optimizer updates'):.0%} in operators, the rest Python looping "
+                 "over the parameter tensors")
         f.append(Finding("warning", "optimizer-bound", f"the optimizer step takes {opt:.0%} of the step, more than any "
                          f"other phase; without it the step would be up to {1 / max(1 - opt, 1e-9):.1f}x faster",
-                         f"{att.summary()}; optimizer updates {att.share('optimizer updates'):.0%} in operators, "
-                         f"the rest Python looping over the parameter tensors{at_roof}", _optimizer_fix(s)))
+                         f"{att.summary()}; {where}{at_roof}", _optimizer_fix(s)))
         return "optimizer-bound"
     outside = att.share(OUTSIDE)
     if decide and not gpu and outside >= HOST_GAP_SHARE:
@@ -254,25 +172,101 @@ def _dominant_part(s: Any, f: list[Any], gpu: bool, decide: bool, roof: StepRoof
                          "between the operators (per-step logic, logging, the autograd engine's own work)",
                          f"{ev}; {att.summary()}{at_roof}", _FIX["overhead-bound"]))
         return "overhead-bound"
-    if opt >= OPTIMIZER_NOTE_SHARE:
-        f.append(Finding("info", "optimizer", f"the optimizer step takes {opt:.0%} of the step",
-                         att.summary(), _optimizer_fix(s)))
     return None
+
+
+def _optimizer_share(s: Any) -> float:
+    """The optimizer's share of the step: of the host's time on a CPU; on a GPU the larger of the device's time in its
+    kernels and the host's range (an unfused optimizer that keeps the host launching while the device idles is as
+    much the optimizer's cost)."""
+    opt = s.attribution.phase_share("optimizer")
+    if s.device.kernels and "optimizer" in s.phases_s:
+        opt = max(opt, s.share("optimizer"))
+    return opt
+
+
+def _optimizer_note(s: Any) -> Any:
+    """A finding when the optimizer takes ``OPTIMIZER_NOTE_SHARE`` of the step or more beside another verdict."""
+    from ..telemetry.diagnose import Finding
+
+    opt = _optimizer_share(s) if s.op_classes_s else 0.0
+    if opt < OPTIMIZER_NOTE_SHARE:
+        return None
+    return Finding("info", "optimizer", f"the optimizer step takes {opt:.0%} of the step; without it the step would "
+                   f"be up to {1 / max(1 - opt, 1e-9):.1f}x faster", s.attribution.summary(), _optimizer_fix(s))
+
+
+_CAST_OPS = ("aten::_to_copy", "aten::to", "aten::copy_")
+
+
+def _casts_finding(s: Any) -> Any:
+    """Copies and casts taking ``CAST_SHARE`` of the step or more, with what usually makes them (autocast's casts
+    of fp32 weights in every forward) and the gain if they cost nothing; None below the share."""
+    from ..telemetry.diagnose import Finding
+
+    if not s.op_classes_s:
+        return None
+    share = s.attribution.share("copies/casts")
+    if share < CAST_SHARE:
+        return None
+    calls = sum(o.calls for o in s.ops if o.name in _CAST_OPS) / max(s.steps, 1)
+    return Finding("warning", "casts", f"copies and casts take {share:.0%} of the step; without them it would be up to "
+                   f"{1 / max(1 - share, 1e-9):.1f}x faster", f"{calls:.0f} aten::_to_copy / to / copy_ calls per "
+                   f"step; {s.attribution.summary()}",
+                   "under autocast every fp32 weight is cast to 16 bits again in every forward (and the casts' "
+                   "gradients run in backward): keep the model in 16 bits where accuracy allows, make the batch larger "
+                   "so each cast serves more samples, or torch.compile, which fuses the casts into the operators that "
+                   "use them; casts outside autocast: create tensors in the dtype and on the device they are used")
+
+
+def _memory_cause(s: Any) -> tuple[str, str]:
+    """(what, advice) of a memory-bound step from its attribution: the operator class that moves its bytes, with the
+    gain the measured share bounds; the generic advice without an attribution."""
+    if not s.op_classes_s:
+        return "", _FIX["memory-bound"]
+    att = s.attribution
+    kinds = {c: att.share(c) for c in ("elementwise", "copies/casts", "optimizer updates", "reductions/norms")}
+    top, share = max(kinds.items(), key=lambda kv: kv[1])
+    gain = f"up to {1 / max(1 - share, 1e-9):.1f}x if they cost nothing"
+    if top == "optimizer updates":
+        return f"; the optimizer's updates take {share:.0%} of the step ({gain})", _optimizer_fix(s)
+    if top == "copies/casts":
+        return f"; copies and casts take {share:.0%} of the step ({gain})", (
+            "fewer casts: under autocast keep weights in 16 bits or use torch.compile, which fuses casts into their "
+            "users; create tensors in their final dtype and device")
+    n = sum(o.calls for o in s.ops if o.name.startswith("aten::") and _op_class(o.name) == top) / max(s.steps, 1)
+    if top == "elementwise":
+        return (f"; {n:.0f} elementwise operator calls take {share:.0%} of the step, each a pass over memory "
+                f"({gain})", "torch.compile fuses a chain of elementwise operators into one pass over memory "
+                "(lesson 10); 16-bit activations halve the bytes; channels_last for convolutions")
+    return (f"; reductions and norms take {share:.0%} of the step ({gain})",
+            "torch.compile fuses a norm with the elementwise work around it; 16-bit activations halve the bytes")
+
+
+def _op_class(name: str) -> str:
+    from .attribution import op_class
+
+    return op_class(name)
 
 
 def diagnose_profile(summary: Any) -> Any:
     """The verdict of a :class:`~gpulab.profiling.ProfileSummary` (a :class:`~gpulab.telemetry.diagnose.Verdict`).
 
-    In order: ``input-bound`` (data phases >= 30% of the step); with the step's work and the ceilings, a
-    step whose operators need >= 50% of its time at the ceilings is ``compute-bound`` /
-    ``precision-bound`` / ``memory-bound`` by the roof that bounds it; so is a step whose non-data time is
-    >= 50% inside long operators (>= 50 us; on a GPU: the device busy with kernels that are not tiny) on the
-    memory side, or on the compute side at >= 25% of the ceiling (precision-bound from 40%), unless the step
-    makes hundreds of tiny operator calls (>= 200 per step, median < 20 us: overhead whatever else runs); otherwise
-    ``sync-bound`` (GPU idle >= 15% of the step after host syncs) or ``overhead-bound`` with its cause.
-    Findings add host syncs (free on a CPU, a stall on a GPU), the precision hint, a graph kept from step to
-    step (a leak), and on a GPU the idle split (waiting for the host vs between kernels). Without work or ceilings
-    (``warmup=0``, ``limits=False``) the thresholds alone decide.
+    In order: ``input-bound`` (data phases >= 30% of the step); the part that dominates before any roofline
+    (``optimizer-bound``: the optimizer's range >= 40% of the step and the largest phase; on a CPU
+    ``overhead-bound`` when >= 50% of the step runs outside any operator); then, with the step's work and the
+    ceilings (cache-aware: each operator's bytes at the ceiling of the cache its working set fits), a step whose
+    operators need >= 50% of its time at the ceilings is ``compute-bound`` / ``precision-bound`` / ``memory-bound``
+    by the roof that bounds it; so is a step whose non-data time is >= 50% inside long operators (>= 50 us; on a
+    GPU: the device busy with kernels that are not tiny) on the memory side, or on the compute side at >= 25% of the
+    ceiling (precision-bound from 40%), unless the step makes hundreds of tiny operator calls (>= 200 per step,
+    median < 20 us: overhead whatever else runs); a CPU step near a roof on fewer threads than the cores, whose work
+    the whole machine's measured ceilings would run >= 1.25x faster, is ``thread-bound``; otherwise ``sync-bound``
+    (GPU idle >= 15% of the step after host syncs) or ``overhead-bound`` with its cause. Findings add where the time
+    goes (right after the verdict's own), host syncs (free on a CPU, a stall on a GPU), the precision hint, the
+    optimizer's share, copies and casts (autocast), a graph kept from step to step (a leak), and on a GPU the idle
+    split (waiting for the host vs between kernels). Without work or ceilings (``warmup=0``, ``limits=False``) the
+    thresholds alone decide.
     """
     from ..telemetry.diagnose import DATA_SHARE, Finding, Verdict
 
@@ -327,10 +321,12 @@ def diagnose_profile(summary: Any) -> Any:
                    f"{roof.flops / max(roof.bytes_moved, 1):.2g} FLOP per byte moved" if not slow_ops else
                    f"memory traffic sets the pace: long operators take {in_ops:.0%} of the step at "
                    f"{roof.flops / max(roof.bytes_moved, 1):.2g} FLOP per byte, reaching {roof.memory_share:.0%} "
-                   "of the copy ceiling")
-            adv = _FIX[code] + ("" if not slow_ops or gpu else
-                                "; on a CPU each new output is fresh memory the OS maps page by page, which keeps "
-                                "eager operators well below the copy ceiling")
+                   "of its memory ceiling")
+            what, adv = _memory_cause(s)
+            msg += what
+            adv += ("" if not slow_ops or gpu else
+                    "; on a CPU each new output is fresh memory the OS maps page by page, which keeps "
+                    "eager operators well below the copy ceiling")
             f.append(Finding("warning", code, msg, roof.evidence, adv))
         elif after_sync >= SYNC_IDLE_SHARE:
             code = "sync-bound"
@@ -341,12 +337,33 @@ def diagnose_profile(summary: Any) -> Any:
             what, ev = _overhead_cause(s, roof)
             f.append(Finding("warning", code, f"far below the ceilings ({roof.efficiency:.0%} of the time the work "
                              f"needs at them): {what}", f"{ev}; {roof.evidence}", _FIX[code]))
+        roof_code = code
+        threads = None if gpu else thread_gain(s, roof, max(roof.efficiency, in_ops) if near else roof.efficiency)
+        if threads is not None:
+            gain, ev = threads
+            used, cores = s.threads, s.cores
+            advice = (f"torch.set_num_threads({cores}) (or leave OMP_NUM_THREADS / MKL_NUM_THREADS unset), unless the "
+                      "other cores are kept for other work on purpose (DataLoader workers, another process)")
+            idle = getattr(s, "idle_cores", None)
+            busy = idle is not None and idle < IDLE_CORES_SHARE * (cores - used)
+            if busy:
+                ev += (f"; during the profile only {idle:.1f} of the other {cores - used} core(s) were idle: other "
+                       "work (DataLoader workers, other programs) uses them")
+            if near and code != "sync-bound" and gain >= THREAD_GAIN and not busy:
+                f.insert(len(f) - 1, Finding("warning", "thread-bound", f"the step uses {used} of {cores} threads and "
+                                             f"runs near their ceilings; with all {cores} this machine's measured "
+                                             f"ceilings give ~{gain:.1f}x on this step", ev, advice))
+                code = "thread-bound"
+            else:
+                f.append(Finding("info", "threads", f"the step uses {used} of {cores} threads: the whole machine's "
+                                 f"measured ceilings give ~{gain:.1f}x on the part of the step at the roof"
+                                 + (", if the other cores were free" if busy else ""), ev, advice))
         verdict = verdict or code
         if code != "overhead-bound" and near and 1 - in_ops >= OVERHEAD_SHARE:
             what, ev = _overhead_cause(s, roof)
             f.append(Finding("warning", "overhead", f"{1 - in_ops:.0%} of the step is outside its long operators: "
                              f"{what}", ev, _FIX["overhead-bound"]))
-        if half and ratio >= FASTER_16BIT and code != "precision-bound" and roof.flops:
+        if half and ratio >= FASTER_16BIT and roof_code != "precision-bound" and roof.flops:
             f.append(Finding("info", "precision", f"the matmuls run in float32; this machine's measured {half} "
                              f"ceiling is {ratio:.1f}x the float32 one",
                              f"{fmt_rate(s.limits.peak_flops(half), 'FLOP/s')} vs "
@@ -354,6 +371,9 @@ def diagnose_profile(summary: Any) -> Any:
                              "once the overheads above are gone, mixed precision (lesson 04)"))
     else:
         verdict = _thresholds(s, f, verdict)
+    for extra in (_optimizer_note(s) if verdict != "optimizer-bound" else None, _casts_finding(s)):
+        if extra is not None:
+            f.append(extra)
     if s.syncs_per_step >= 1:
         if gpu:
             msg = (f"{s.syncs_per_step:.0f} host syncs per step; the device idled "
