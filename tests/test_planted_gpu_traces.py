@@ -141,6 +141,18 @@ def test_a_step_beating_a_ceiling_raises_it_and_never_shows_over_100(phased):
     assert s.roofline.compute_share == 1.0 and "ceiling raised" in s.roofline.notes[0]
 
 
+def test_a_device_waiting_for_the_host_between_kernels_is_told_the_gain(phased):
+    """Ten 300 us kernels, each queued 1 ms apart by a host that does Python work between them: the device is busy 30%
+    of the step and waits for the host the rest. Overhead-bound, with the gain if it never waited (1/0.3) and how
+    (launch the whole step at once: CUDA graphs; or work on a second stream)."""
+    kernels = [(100 + 1000 * k, 400 + 1000 * k) for k in range(10)]
+    s = _verdict(_step(kernels, phased=phased), _work(int(5e8), int(1e8), ops=10))
+    assert s.verdict.verdict == "overhead-bound" and s.device_busy_share == pytest.approx(0.3)
+    first = s.verdict.findings[0]
+    assert "waits for the host between kernels: busy 30% of the step, up to 3.3x if it never waited" in first.message
+    assert "CUDA graphs" in first.message and "second CUDA stream" in first.message
+
+
 def test_idle_split_example():
     assert idle_split([(0.0, 1.0), (1.000005, 2.0)], [(0.0, 3.0)], syncs=[(1.5, 2.0)]) == (5e-06, 1.0, 1.0)
 
@@ -225,8 +237,10 @@ def test_an_unfused_adam_whose_kernels_fill_the_device_is_optimizer_bound():
     assert att.phase_share("optimizer") == pytest.approx(laid_out) and att.basis == "device time"
     assert att.share("optimizer updates") == pytest.approx(laid_out)    # elementwise by name, updates by range
     # backward: the seed in its range's device copy, the engine's kernels by the host ranges they were launched in
-    assert att.phase_share("forward") == pytest.approx(0.14) and att.phase_share("backward") == pytest.approx(0.1402)
-    assert att.phase_share("other") == pytest.approx(0.0003) and att.largest_phase[0] == "optimizer"
+    # (torch before 2.6 keeps no kernel -> launcher link: the engine's kernels then fall in "other")
+    backward, other = (0.1402, 0.0003) if K._HAS_LINKED else (0.0002, 0.1403)
+    assert att.phase_share("forward") == pytest.approx(0.14) and att.phase_share("backward") == pytest.approx(backward)
+    assert att.phase_share("other") == pytest.approx(other) and att.largest_phase[0] == "optimizer"
     busy = s.device.busy_s
     assert att.phase_share(DEVICE_IDLE) == pytest.approx(1 - busy / s.total_s)
     assert sum(t for _, t in att.phases) == pytest.approx(s.total_s)

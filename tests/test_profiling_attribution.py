@@ -181,6 +181,9 @@ def test_kernels_no_copy_holds_take_the_phase_of_the_host_range_that_launched_th
                        K.kernel(11, "sgemm", 310, 500, launcher=mm),
                        K.kernel(12, "add_kernel", 600, 610, launcher=loose),
                        K.device_annotation(bwd, 300, 302)])
+    if not K._HAS_LINKED:    # torch before 2.6 keeps no kernel -> launcher link in its events: the copy alone
+        assert _on_device(ev) == ["backward", None, None]
+        return
     assert _on_device(ev) == ["backward", "backward", None]
     assert _dev_phases(ev)["backward"] == pytest.approx(192e-6)
 

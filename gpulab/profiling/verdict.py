@@ -93,7 +93,9 @@ def _overhead_cause(s: Any, roof: StepRoofline | None) -> tuple[str, str]:
             return "many tiny kernels: each does little work for its launch cost", ev
         if busy is not None and busy >= 0.7:
             return "the device is busy, but its kernels are too small to fill it (batch too small)", ev
-        return "the device waits for the host between kernels", ev
+        gain = f": busy {busy:.0%} of the step, up to {1 / busy:.1f}x if it never waited" if busy else ""
+        return (f"the device waits for the host between kernels{gain} (CUDA graphs or torch.compile's "
+                "reduce-overhead mode to launch the step at once; independent work on a second CUDA stream)"), ev
     gap = max(0.0, 1 - (s.op_time_s + s.phases_s.get("data", 0.0)) / s.total_s) if s.total_s > 0 else 0.0
     ev = (f"{n:.0f} operator calls per step, median {fmt_seconds(med)}; {gap:.0%} of the step outside any operator "
           "and the data phase")
