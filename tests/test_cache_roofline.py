@@ -205,3 +205,47 @@ def test_a_memory_bound_step_names_the_class_that_moves_its_bytes():
     named = next(f for f in v.findings if f.code == "casts")
     assert 0.7 >= CAST_SHARE and "30 aten::_to_copy / to / copy_ calls per step" in named.evidence
     assert "up to 3.3x faster" in named.message and "autocast" in named.advice
+
+
+def test_cpu_use_splits_the_cores_into_idle_ours_and_others():
+    from gpulab.profiling.cores import cpu_use
+
+    # 2 s on 2 CPUs: 1 s idle in all, 2 s of our CPU time -> half a core idle, one ours, half a core others'
+    assert cpu_use((10.0, 100.0, 5.0), (12.0, 101.0, 7.0), cpus=2) == (0.5, 0.5)
+    assert cpu_use((10.0, 100.0, 5.0), (10.05, 100.0, 5.0), cpus=2) == (None, None)     # too short to say
+    assert cpu_use(None, (12.0, 101.0, 7.0)) == (None, None)
+    assert cpu_use((0.0, 0.0, 0.0), (1.0, 0.0, 2.0), cpus=2) == (0.0, 0.0)              # all ours
+
+
+def test_a_step_sharing_its_cores_is_judged_against_the_ceilings_of_the_cores_it_had(monkeypatch):
+    """Two threads while another program spins on one of two cores: the step had one core, so its ceilings are one
+    thread's (measured once for that count); the finding says so. With the cores free, its own threads'."""
+    import torch
+
+    from gpulab.profiling import cores as cores_mod
+
+    measured = []
+
+    def fake_limits(kind):
+        measured.append(torch.get_num_threads())
+        return _lim(torch.get_num_threads(), 100e9 * torch.get_num_threads(), 20e9)
+
+    monkeypatch.setattr(cores_mod, "usable_cores", lambda: 2)
+    monkeypatch.setattr(L, "machine_limits", fake_limits)
+    with gl.interleaved.threads(2):
+        busy = cores_mod.step_ceilings("cpu", None, MATMULS, others=0.7)
+        free = cores_mod.step_ceilings("cpu", None, MATMULS, others=0.1)
+        assert torch.get_num_threads() == 2                           # restored after measuring with one
+    assert (busy.threads, busy.ran_on, busy.ceilings.env.threads, busy.whole) == (2, 1, 1, None)
+    assert (free.threads, free.ran_on, free.ceilings.env.threads) == (2, 2, 2) and measured == [1, 2]
+    given = _lim(2, 200e9, 20e9)
+    with gl.interleaved.threads(2):
+        assert cores_mod.step_ceilings("cpu", given, MATMULS, others=0.0).ceilings is given
+    assert cores_mod.step_ceilings("cpu", False, MATMULS).ceilings is None
+    step_s = 10 * 2 * 1024**3 / 60e9
+    s = _summary(step_s, MATMULS, classes={"matmul/conv": step_s}, threads=2, cores=2, idle=0.1, limits=busy.ceilings)
+    s = __import__("dataclasses").replace(s, other_cores=0.7)
+    v = diagnose_profile(s)
+    shared = next(f for f in v.findings if f.code == "shared-cpu")
+    assert "other work used 0.7 of the 2 cores" in shared.message and "ceilings of 1" in shared.message
+    assert "torch.set_num_threads(1)" in shared.advice and v.verdict == "compute-bound"

@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator
 from .._check import checked, flag, whole
 from .events import (LONG_OP_S, PHASES, SYNC_CALLS, OpStat, _counts_device_time, _device_attr, _interval_s, _is_device_event,
                      _phase_of, _torch, _union, check_device_events)
+from .cores import cpu_snapshot, cpu_use, step_ceilings
 from .summary import ProfileSummary
 
 __all__ = ['profile']
@@ -255,7 +256,7 @@ def _profile(fn: Callable[[], Any], steps: int, warmup: int, *, label: str, memo
             path.append(str(p))
 
     allocs_before = _cuda_allocs(torch) if cuda else 0
-    idle_before = None
+    use_before = None
     work, created, rest = None, [], warmup
     if count_work and warmup >= 1:
         from ..work import _count
@@ -271,7 +272,7 @@ def _profile(fn: Callable[[], Any], steps: int, warmup: int, *, label: str, memo
                                     on_trace_ready=on_ready) as prof:
             for i in range(rest + steps):
                 if i == rest and not cuda:
-                    idle_before = _idle_cpu_s()
+                    use_before = cpu_snapshot()
                 fn()
                 # the recorded steps run as the loop runs: the host queues step k+1 while the GPU still works on
                 # step k. The device is drained only after the last warm-up step (before recording starts) and
@@ -280,79 +281,14 @@ def _profile(fn: Callable[[], Any], steps: int, warmup: int, *, label: str, memo
                 if cuda and i in (rest - 1, rest + steps - 1):
                     torch.cuda.synchronize(device)
                 prof.step()
-    idle = _idle_cores(idle_before, _idle_cpu_s()) if not cuda else None
+    idle, others = cpu_use(use_before, cpu_snapshot()) if not cuda else (None, None)
     cuda_used = cuda and _cuda_allocs(torch) > allocs_before
     kept = _kept_graph(created) if work is not None else None
-    ceilings, threads, cores, whole = _ceilings(kind, limits, work)
+    c = step_ceilings(kind, limits, work, others)
     summary = _summarise(prof, label, kind, steps, warmup, cuda, cuda_used, memory, path[0] if path else None,
-                         work=work, limits=ceilings, kept_graph=kept)
-    return replace(summary, threads=threads, cores=cores, whole_machine=whole, idle_cores=idle) if threads else summary
-
-
-def _idle_cpu_s() -> tuple[float, float] | None:
-    """(now, idle seconds summed over the CPUs this process may run on), from the OS's counters; None without them."""
-    import psutil
-
-    try:
-        mine = sorted(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        mine = None
-    try:
-        per = psutil.cpu_times(percpu=True)
-    except Exception:   # pragma: no cover - an OS without per-CPU counters
-        return None
-    cpus = [per[c] for c in mine if c < len(per)] if mine else per
-    return time.perf_counter(), float(sum(t.idle + getattr(t, "iowait", 0.0) for t in cpus))
-
-
-def _idle_cores(before: tuple[float, float] | None, after: tuple[float, float] | None) -> float | None:
-    """Cores' worth of idle time during the profiled steps (what the other cores had to give); None when the steps
-    were too short for the OS's 10 ms counters to say."""
-    if before is None or after is None or after[0] - before[0] < 0.1:
-        return None
-    return max(0.0, (after[1] - before[1]) / (after[0] - before[0]))
-
-
-def usable_cores() -> int:
-    """The CPU cores this process may run on: the cores in its affinity mask, at most the machine's physical cores
-    (torch's default thread count; hyper-threads add little to matmuls)."""
-    import psutil
-
-    try:
-        allowed = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):      # macOS, Windows
-        allowed = os.cpu_count() or 1
-    physical = psutil.cpu_count(logical=False) or allowed
-    return max(1, min(allowed, physical))
-
-
-def _ceilings(kind: str, limits: Any, work: Any) -> tuple[Any, int | None, int | None, Any]:
-    """``(ceilings, threads, cores, whole_machine)`` for a profiled step. The ceilings are those of the threads the
-    step ran with: measured once per process (``limits=None``), or the ones given when they were measured with
-    as many threads (given ones measured with another count are kept for the whole machine when that count is
-    every core, and the step's own are measured). On a CPU step using fewer threads than the cores, the whole
-    machine's ceilings are measured too (all cores, once per process), for the gain the rest would give."""
-    if limits is False or (limits is None and work is None):
-        return None, None, None, None
-    from ..limits import machine_limits
-
-    if kind != "cpu" or work is None:
-        return (machine_limits(kind) if limits is None else limits), None, None, None
-    torch = _torch()
-    threads, cores = torch.get_num_threads(), usable_cores()
-    measured_with = getattr(getattr(limits, "env", None), "threads", None)   # None: ceilings made by hand
-    given = limits if limits is not None and measured_with in (threads, None) else None
-    ceilings = given or machine_limits(kind)
-    whole = None
-    if threads < cores:
-        if limits is not None and measured_with == cores:
-            whole = limits
-        else:
-            from ..interleaved import threads as with_threads
-
-            with with_threads(cores):
-                whole = machine_limits(kind)
-    return ceilings, threads, cores, whole
+                         work=work, limits=c.ceilings, kept_graph=kept)
+    return replace(summary, threads=c.threads, cores=c.cores, whole_machine=c.whole, idle_cores=idle,
+                   other_cores=others) if c.threads else summary
 
 
 def _kept_graph(created: list[Any]) -> tuple[int, int]:

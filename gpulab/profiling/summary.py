@@ -56,6 +56,7 @@ class ProfileSummary:
     cores: int | None = None
     whole_machine: Any = None
     idle_cores: float | None = None    # cores' worth of idle CPU time during the profiled steps (CPU only)
+    other_cores: float | None = None   # ... and of CPU time other work (other programs, child processes) used
     # wall time of a profiled step (profiler overhead included): the median on a CPU; the mean when a GPU was
     # profiled, whose steps are host-side windows of a loop that never waits for the device until its last step
     step_s: float = field(init=False)

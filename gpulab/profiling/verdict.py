@@ -177,6 +177,23 @@ def _dominant_part(s: Any, f: list[Any], gpu: bool, decide: bool, roof: StepRoof
     return None
 
 
+def _shared_cpu(s: Any) -> Any:
+    """A finding when other work held cores during a CPU profile, so that the step was judged against the ceilings
+    of fewer threads than it ran with; None otherwise."""
+    from ..telemetry.diagnose import Finding
+
+    others, threads = getattr(s, "other_cores", None), getattr(s, "threads", None)
+    ran_on = getattr(getattr(s.limits, "env", None), "threads", None)
+    if others is None or not threads or ran_on is None or ran_on >= threads:
+        return None
+    return Finding("warning", "shared-cpu", f"other work used {others:.1f} of the {s.cores} cores during the profiled "
+                   f"steps: the step, on {threads} threads, had about {ran_on}, and is judged against the measured "
+                   f"ceilings of {ran_on}", f"{s.idle_cores or 0:.1f} core(s) idle, {others:.1f} used by other "
+                   "programs or this process's children (DataLoader workers) while the steps ran",
+                   f"profile on an idle machine, or torch.set_num_threads({ran_on}) while the other work runs: a "
+                   "thread whose core another program holds stalls every multi-threaded operator (appendix A1)")
+
+
 def _optimizer_share(s: Any) -> float:
     """The optimizer's share of the step: of the host's time on a CPU; on a GPU the larger of the device's time in its
     kernels and the host's range (an unfused optimizer that keeps the host launching while the device idles is as
@@ -373,7 +390,7 @@ def diagnose_profile(summary: Any) -> Any:
                              "once the overheads above are gone, mixed precision (lesson 04)"))
     else:
         verdict = _thresholds(s, f, verdict)
-    for extra in (_optimizer_note(s) if verdict != "optimizer-bound" else None, _casts_finding(s)):
+    for extra in (_optimizer_note(s) if verdict != "optimizer-bound" else None, _casts_finding(s), _shared_cpu(s)):
         if extra is not None:
             f.append(extra)
     if s.syncs_per_step >= 1:
