@@ -48,7 +48,10 @@ def cache_levels(device: Any = "cpu") -> tuple[tuple[str, int], ...]:
 
     dev = torch.device(device)
     if dev.type == "cuda":
-        l2 = int(getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 0) or 0)
+        try:
+            l2 = int(getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 0) or 0)
+        except (RuntimeError, AssertionError):      # no driver answering: the GPU does not say
+            return ()
         return (("L2", l2),) if l2 > 0 else ()
     if dev.type != "cpu":
         return ()
