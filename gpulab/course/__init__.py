@@ -16,6 +16,7 @@ toolkit (``gpulab``); the toolkit never imports it.
 - ``published``: the learner's figures beside published ones, the closing table of each lesson
 - ``checks``: exercise self-checks, measured challenges, reference solutions that run only in CI
 - ``narrate``: interpretations written per device and filled with the measured figures
+- ``prediction``: the learner's **Predict** answers recorded in a cell and shown beside the measurement
 - ``tf32``: PyTorch's TF32 switches set and restored, and the fp32 step's ceiling on Ampere+
 - ``optimizer_step``: one optimizer step per effective batch (unscale, clip, schedule, uneven last window)
 - ``amdahl``: lesson 00's step of a serial host part and a parallel device part, timed against Amdahl's law
@@ -33,6 +34,8 @@ Example:
 """
 from . import models, scripts
 from .narrate import Narration, narrate
+from .prediction import (Prediction, PredictionTable, VersusPrediction, compare_predictions, predict, predictions,
+                         versus_prediction)
 from .amdahl import SerialParallelStep, python_work, serial_parallel_step
 from .nvidia_smi import SmiHeader, SmiOutput, nvidia_smi, smi_header
 from .accumulation import GradientCheck, checkpointed, compare_gradients, micro_batch_gradients
@@ -82,6 +85,8 @@ __all__ = [
     "models", "scripts", "TrainConfig", "TrainResult", "train", "train_step", "accumulated_gradients", "evaluate",
     "check", "Check", "NotAnswered", "challenge", "Challenge", "solutions", "SOLUTIONS_ENV",
     "narrate", "Narration",
+    "predict", "Prediction", "versus_prediction", "VersusPrediction", "compare_predictions", "predictions",
+    "PredictionTable",
     "float_formats", "gradient_underflow", "UnderflowReport", "keras_cnn", "keras_step_times", "matmul_sweep",
     "micro_batch_gradients", "compare_gradients", "GradientCheck", "checkpointed",
     "train_interleaved", "compare_runs", "RunComparison", "pattern_batch",

@@ -23,11 +23,12 @@ from typing import Any, Callable, Sequence
 from .._check import checked
 from .._format import html_table, text_table
 
-__all__ = ['float_formats', 'UnderflowReport', 'gradient_underflow', 'keras_cnn', 'keras_step_times', 'matmul_sweep', 'FP16_SMALLEST_SUBNORMAL', 'FP16_SMALLEST_NORMAL', 'FP16_MAX']
+__all__ = ['float_formats', 'UnderflowReport', 'gradient_underflow', 'keras_cnn', 'keras_step_times', 'matmul_sweep', 'FP16_SMALLEST_SUBNORMAL', 'FP16_ROUNDS_TO_ZERO', 'FP16_SMALLEST_NORMAL', 'FP16_MAX']
 
 
 # IEEE half precision: 5 exponent bits, 10 mantissa bits.
-FP16_SMALLEST_SUBNORMAL = 2.0**-24   # ~5.96e-8: anything smaller becomes 0
+FP16_SMALLEST_SUBNORMAL = 2.0**-24   # ~5.96e-8: fp16's smallest positive value
+FP16_ROUNDS_TO_ZERO = 2.0**-25       # ~2.98e-8: half of it; round-to-nearest-even sends |x| <= this to 0
 FP16_SMALLEST_NORMAL = 2.0**-14      # ~6.1e-5: below this, fp16 keeps fewer than 10 mantissa bits
 FP16_MAX = 65504.0                   # anything larger becomes inf
 
@@ -65,6 +66,9 @@ class UnderflowReport:
 
     ``lost_fraction``: share of gradient values that fp32 gets as non-zero but the variant returns as
     exactly 0 (flushed to zero). ``relative_error``: ``||g - g_fp32|| / ||g_fp32||``.
+    ``below_fp16_subnormal``: share of the non-zero fp32 values below fp16's smallest subnormal, 2^-24;
+    ``rounds_to_zero_fp16``: share at or below half of it, 2^-25, which fp16 rounds to 0 (the others below
+    2^-24 round up to 2^-24).
     ``reference_abs`` holds the absolute fp32 gradient values (for :meth:`plot`).
     """
 
@@ -75,7 +79,8 @@ class UnderflowReport:
     lost_fraction: dict[str, float]
     relative_error: dict[str, float]
     overflow: dict[str, bool]
-    below_fp16_subnormal: float      # share of fp32 gradient values below 2**-24 (they cannot exist in fp16)
+    below_fp16_subnormal: float      # share of fp32 gradient values below 2**-24 (fp16 cannot hold them exactly)
+    rounds_to_zero_fp16: float       # share at or below 2**-25: fp16 rounds them to 0 (nearest, ties to even)
     reference_abs: Any = field(default=None, repr=False, compare=False)
 
     @property
@@ -94,8 +99,8 @@ class UnderflowReport:
 
     def _caption(self) -> str:
         return (f"Gradients of one batch vs fp32 on {self.device}: loss x {self.loss_weight:g}, "
-                f"GradScaler scale {self.loss_scale:g}; {self.below_fp16_subnormal:.1%} of the fp32 values are "
-                f"below fp16's smallest number (2^-24)")
+                f"GradScaler scale {self.loss_scale:g}; {self.rounds_to_zero_fp16:.1%} of the fp32 values are at or "
+                f"below 2^-25 (half fp16's smallest number, 2^-24) and round to 0 in fp16")
 
     def __repr__(self) -> str:
         return self._caption() + "\n" + text_table(("variant", "lost (flushed to 0)", "relative error", "inf/NaN"),
@@ -122,8 +127,8 @@ class UnderflowReport:
         bins = np.arange(lo, hi + 1)
         ax.hist(logs, bins=bins, color="#888888", alpha=0.8, label="fp32 gradients")
         ax.hist(logs + shift, bins=bins, color="#2a7ab9", alpha=0.6, label=f"x loss scale {self.loss_scale:g}")
-        ax.axvspan(lo, -24, color="#d62728", alpha=0.12, label="becomes 0 in fp16 (< 2^-24)")
-        ax.axvspan(-24, -14, color="#ff7f0e", alpha=0.10, label="fp16 subnormal: fewer digits")
+        ax.axvspan(lo, -25, color="#d62728", alpha=0.12, label="becomes 0 in fp16 (<= 2^-25)")
+        ax.axvspan(-25, -14, color="#ff7f0e", alpha=0.10, label="fp16 subnormal: fewer digits")
         ax.axvspan(math.log2(FP16_MAX), hi, color="#9467bd", alpha=0.12, label="becomes inf in fp16")
         ax.set_xlabel("log2 |gradient value|")
         ax.set_ylabel("count")
@@ -207,8 +212,9 @@ def gradient_underflow(model: Any, batch: tuple[Any, Any], *, loss_weight: float
         err[name] = float((flat - ref_flat).norm()) / ref_norm if finite else math.inf
     ref_abs = ref_flat.abs()
     below = float((ref_abs[nonzero] < FP16_SMALLEST_SUBNORMAL).float().mean()) if bool(nonzero.any()) else 0.0
+    to_zero = float((ref_abs[nonzero] <= FP16_ROUNDS_TO_ZERO).float().mean()) if bool(nonzero.any()) else 0.0
     return UnderflowReport(str(params[0].device), float(loss_weight), float(loss_scale), int(ref_flat.numel()),
-                           lost, err, overflow, below, ref_abs[nonzero].numpy(force=True).astype(np.float32))
+                           lost, err, overflow, below, to_zero, ref_abs[nonzero].numpy(force=True).astype(np.float32))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -152,6 +152,8 @@ def stale_read(*, device: Any = "cuda", n: int = 1 << 22, busy_matmuls: int = 20
                pin: bool = True) -> StaleRead:
     """Queue ``busy_matmuls`` matmuls, then a non-blocking copy of ``n`` known values (0, 1, 2, ...) into a
     host buffer filled with -1; read the buffer at once, then after ``event.synchronize()``. Needs CUDA.
+    The buffer is pinned unless ``pin=False``: a copy into pageable memory returns only once it has completed,
+    so then nothing is read stale.
     """
     import torch
 
@@ -164,7 +166,7 @@ def stale_read(*, device: Any = "cuda", n: int = 1 << 22, busy_matmuls: int = 20
         a = a @ a
         a = a / a.norm()
     src = src + 0.0 * a[0, 0]                # the copy's source depends on the matmuls: it cannot jump ahead
-    _copy_async(host, src)                   # returns at once
+    _copy_async(host, src)                   # into pinned memory: returns at once
     done = torch.cuda.Event()
     done.record()                            # completes when everything queued before it, the copy too, has run
     before = host.clone()                    # a host read: nothing waits for the GPU

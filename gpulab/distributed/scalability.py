@@ -12,7 +12,9 @@ __all__ = ['allreduce_seconds', 'PublishedScaling', 'Scaling', 'scaling', 'mirro
 
 def allreduce_seconds(nbytes: float, link_bytes_per_s: float, workers: int = 2) -> float:
     """Time a ring all-reduce of ``nbytes`` needs on links of ``link_bytes_per_s`` (per direction):
-    each worker sends and receives ``2 (n - 1) / n`` times the buffer, so the time hardly grows with n.
+    each worker sends and receives ``2 (n - 1) / n`` times the buffer (1x at 2 workers, 1.75x at 8, towards 2x).
+    This is the bandwidth term only: each of the ``2 (n - 1)`` ring steps also pays a latency, which dominates for
+    small buffers (a few MB and less), where the time grows with n.
 
     Example: ResNet-50's 25.6 M fp32 gradients (102 MB) between 2 GPUs over PCIe Gen3 (~16 GB/s)
         >>> round(allreduce_seconds(25.6e6 * 4, 16e9, workers=2) * 1e3, 1)
