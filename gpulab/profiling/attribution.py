@@ -154,17 +154,20 @@ class Attribution:
 
 
 def attribute_events(events: Iterable[Any], windows: list[tuple[float, float]], phase_of: Any, is_device: Any,
-                     interval_s: Any, device_busy_s: float | None) -> dict[str, float]:
+                     interval_s: Any, device_busy_s: float | None,
+                     work: list[tuple[float, float, str, str | None]] | None = None) -> dict[str, float]:
     """Seconds per operator class over the profiled step ``windows``: host self time of every operator on a CPU
     (an operator inside the optimizer's range is an optimizer update, inside the data phase data loading), or,
     when device events were recorded, device time per kernel class plus :data:`DEVICE_IDLE` (a kernel in the
     optimizer's phase, by :func:`device_work_phases`, is an optimizer update, in the data phase data loading; the
-    device copies of the ranges are no work); the host's uncovered time is :data:`OUTSIDE` on a CPU."""
+    device copies of the ranges are no work); the host's uncovered time is :data:`OUTSIDE` on a CPU. ``work``: the
+    events' :func:`device_work_phases` where the caller has them already."""
     events = list(events)
     total = sum(b - a for a, b in windows)
     out: dict[str, float] = {}
     if device_busy_s is not None and any(is_device(e) for e in events):
-        for a, b, name, ph in device_work_phases(events, phase_of, is_device, interval_s):
+        for a, b, name, ph in work if work is not None else device_work_phases(events, phase_of, is_device,
+                                                                                interval_s):
             if b > a:
                 cls = ("optimizer updates" if ph == "optimizer" else "data loading" if ph == "data"
                        else op_class(name, device=True))
@@ -259,11 +262,12 @@ def device_work_phases(events: Iterable[Any], phase_of: Any, is_device: Any,
 
 
 def device_phases(events: Iterable[Any], windows: list[tuple[float, float]], phase_of: Any, is_device: Any,
-                  interval_s: Any) -> dict[str, float]:
+                  interval_s: Any, work: list[tuple[float, float, str, str | None]] | None = None) -> dict[str, float]:
     """The device's time over the profiled step ``windows`` per phase (data, forward, backward, optimizer;
     ``other`` for kernels in no phase, by :func:`device_work_phases`), with :data:`DEVICE_IDLE` for the time no
     kernel, copy or memset runs: the rows add up to the windows' wall time. Concurrent kernels (several streams)
-    share the time they overlap equally, so each moment of the device's busy time counts once.
+    share the time they overlap equally, so each moment of the device's busy time counts once. ``work``: the
+    events' :func:`device_work_phases` where the caller has them already.
 
     Example:
         >>> from types import SimpleNamespace as E
@@ -276,7 +280,9 @@ def device_phases(events: Iterable[Any], windows: list[tuple[float, float]], pha
     """
     out = {p: 0.0 for p in (*PHASES, "other")}
     marks: list[tuple[float, int, str]] = []
-    for a, b, _, ph in device_work_phases(events, phase_of, is_device, interval_s):
+    if work is None:
+        work = device_work_phases(events, phase_of, is_device, interval_s)
+    for a, b, _, ph in work:
         for lo, hi in windows:
             x, y = max(a, lo), min(b, hi)
             if y > x:

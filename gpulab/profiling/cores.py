@@ -33,12 +33,18 @@ def usable_cores() -> int:
     return max(1, min(_cpus(), physical))
 
 
+def _affinity() -> list[int] | None:
+    """The logical CPUs in this process's affinity mask; None where the OS has no mask (macOS, Windows)."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+
+
 def _cpus() -> int:
     """Logical CPUs in this process's affinity mask (all of them where the OS has no mask)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):      # macOS, Windows
-        return os.cpu_count() or 1
+    mine = _affinity()
+    return len(mine) if mine else os.cpu_count() or 1
 
 
 def cpu_snapshot() -> tuple[float, float, float] | None:
@@ -46,10 +52,7 @@ def cpu_snapshot() -> tuple[float, float, float] | None:
     counters; None where the OS has no per-CPU counters."""
     import psutil
 
-    try:
-        mine = sorted(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        mine = None
+    mine = _affinity()
     try:
         per = psutil.cpu_times(percpu=True)
         own = psutil.Process().cpu_times()

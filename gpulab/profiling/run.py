@@ -397,13 +397,15 @@ def _summarise(prof: Any, label: str, kind: str, steps: int, warmup: int, cuda: 
         # torch's GPU fallback (no CUPTI): CUDA events around each operator time it, on the CPU rows
         dev = replace(dev, note=f"{dev.note}; torch's CUDA-event fallback timed each operator instead "
                                 "(self device times on the operator rows, no kernel rows)")
-    from .attribution import attribute_events, device_phases
+    from .attribution import attribute_events, device_phases, device_work_phases
 
-    classes = attribute_events(events, windows, _phase_of, _is_device_event, _interval_s,
-                               dev.busy_s if dev.kernels else None)
     # on a GPU the attribution's phases are the device's: the host's optimizer range can be short while the device
     # spends most of the step in the kernels it queued
-    dev_phases = device_phases(events, windows, _phase_of, _is_device_event, _interval_s) if dev.kernels else {}
+    work_phases = device_work_phases(events, _phase_of, _is_device_event, _interval_s) if dev.kernels else None
+    classes = attribute_events(events, windows, _phase_of, _is_device_event, _interval_s,
+                               dev.busy_s if dev.kernels else None, work_phases)
+    dev_phases = (device_phases(events, windows, _phase_of, _is_device_event, _interval_s, work_phases)
+                  if work_phases is not None else {})
     return ProfileSummary(
         label=label, device_kind=kind, steps=n, warmup=warmup,
         step_times_s=tuple(b - a for a, b in windows), phases_s=phases, ops=tuple(ops),

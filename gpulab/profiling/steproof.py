@@ -109,11 +109,18 @@ class StepRoofline:
 
 
 def _bandwidth_of(limits: Any) -> Any:
-    """The memory ceiling per operator working set (cache-aware when the limits measured the caches)."""
-    if getattr(limits, "cache_copy", ()):
-        return limits.bandwidth_for
-    bw = limits.bandwidth_bytes_per_s
-    return lambda nbytes: bw
+    """The memory ceiling per operator working set (cache-aware when the limits measured the caches), each working
+    set looked up once."""
+    if not getattr(limits, "cache_copy", ()):
+        bw = limits.bandwidth_bytes_per_s
+        return lambda nbytes: bw
+    seen: dict[int, float] = {}
+
+    def bw_of(nbytes: int) -> float:
+        if nbytes not in seen:
+            seen[nbytes] = limits.bandwidth_for(nbytes)
+        return seen[nbytes]
+    return bw_of
 
 
 def step_roofline(work: Any, limits: Any, step_s: float) -> StepRoofline | None:

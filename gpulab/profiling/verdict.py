@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._format import fmt_rate, fmt_seconds
+from .attribution import op_class
 from .events import MANY_OPS_PER_STEP, TINY_KERNEL_S, TINY_OP_S
 from .steproof import StepRoofline, step_roofline, thread_gain
 
@@ -253,19 +254,13 @@ def _memory_cause(s: Any) -> tuple[str, str]:
         return f"; copies and casts take {share:.0%} of the step ({gain})", (
             "fewer casts: under autocast keep weights in 16 bits or use torch.compile, which fuses casts into their "
             "users; create tensors in their final dtype and device")
-    n = sum(o.calls for o in s.ops if o.name.startswith("aten::") and _op_class(o.name) == top) / max(s.steps, 1)
+    n = sum(o.calls for o in s.ops if o.name.startswith("aten::") and op_class(o.name) == top) / max(s.steps, 1)
     if top == "elementwise":
         return (f"; {n:.0f} elementwise operator calls take {share:.0%} of the step, each a pass over memory "
                 f"({gain})", "torch.compile fuses a chain of elementwise operators into one pass over memory "
                 "(lesson 10); 16-bit activations halve the bytes; channels_last for convolutions")
     return (f"; reductions and norms take {share:.0%} of the step ({gain})",
             "torch.compile fuses a norm with the elementwise work around it; 16-bit activations halve the bytes")
-
-
-def _op_class(name: str) -> str:
-    from .attribution import op_class
-
-    return op_class(name)
 
 
 def diagnose_profile(summary: Any) -> Any:
