@@ -143,14 +143,19 @@ class Exported:
         return f"export failed after {fmt_seconds(self.seconds)}: {self.error}"
 
 
-def export(model: Any, *args: Any) -> Exported:
-    """``torch.export.export(model, args)`` with torch's own logs quieted; a failure (a data-dependent branch,
-    an untraceable call) is returned as its first line, not raised.
+def export(model: Any, *args: Any, dynamic_shapes: Any = None) -> Exported:
+    """``torch.export.export(model, args, dynamic_shapes=...)`` with torch's own logs quieted; a failure (a
+    data-dependent branch, an untraceable call, a dimension declared dynamic that the code fixes) is returned as
+    its first line, not raised. ``dynamic_shapes``: one entry per argument, e.g. ``({0: torch.export.Dim("batch")},)``.
 
     Example:
         >>> import torch, gpulab as gl
         >>> gl.compiling.export(torch.nn.Linear(3, 2), torch.ones(1, 3)).ok
         True
+        >>> batch = torch.export.Dim("batch", min=2)
+        >>> e = gl.compiling.export(torch.nn.Linear(3, 2), torch.ones(4, 3), dynamic_shapes=({0: batch},))
+        >>> e.program.module()(torch.ones(9, 3)).shape
+        torch.Size([9, 2])
     """
     import torch
 
@@ -163,7 +168,7 @@ def export(model: Any, *args: Any) -> Exported:
     sink = io.StringIO()                      # a failing export prints the partial graph: the error says enough
     with _quiet(*_TORCH_LOGS), contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
         try:
-            program, error = torch.export.export(model, tuple(args)), None
+            program, error = torch.export.export(model, tuple(args), dynamic_shapes=dynamic_shapes), None
         except Exception as e:              # torch raises several types (UserError, GuardOnDataDependentSymNode...)
             program = None
             lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]

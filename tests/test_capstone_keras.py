@@ -117,7 +117,7 @@ def test_changes_per_device():
     cpu = course.keras_changes(device="cpu")
     assert [c.label for c in cpu] == ["batch 256, lr x2.8 (square-root rule)", "tf.data: cache, shuffle, batch, prefetch",
                                       f"mixed precision ({cpu[2].fields['policy']})", "XLA (jit_compile=True)",
-                                      "larger batch"]
+                                      "larger batch", f"mixed precision ({cpu[2].fields['policy']}), again on the recipe reached"]
     assert all(c.available for c in cpu) and cpu[2].fields["policy"] in ("mixed_bfloat16", "mixed_float16")
     first = cpu[0].fields(course.KerasRecipe())
     assert first == {"batch_size": 256, "lr": pytest.approx(1e-3 * 8 ** 0.5)}
@@ -127,7 +127,8 @@ def test_changes_per_device():
     xla = next(c for c in gpu if c.label.startswith("XLA"))
     assert not xla.available and "auto" in xla.why_not
     # the larger batch: 4x, then 2x the batch so far, only sizes leaving an epoch 8 steps
-    bigger = course.keras_changes(device="cpu", n_train=8000)[-1].fields(course.KerasRecipe(batch_size=256, lr=8e-3))
+    larger = next(c for c in course.keras_changes(device="cpu", n_train=8000) if c.label == "larger batch")
+    bigger = larger.fields(course.KerasRecipe(batch_size=256, lr=8e-3))
     assert [label for label, _ in bigger] == ["batch 512, lr x1.4"]
     assert bigger[0][1]["lr"] == pytest.approx(8e-3 * 2 ** 0.5)
     with pytest.raises(ValueError, match="device"):

@@ -37,9 +37,11 @@ TRITON_KERNELS = {
     "add_tuned": {"constexprs": {"BLOCK": 4096}, "num_warps": 8},  # its largest autotuning config
     "warp_kernel": {"constexprs": {"BLOCK": 256}},
     "my_kernel": {"constexprs": {"BLOCK": 1024}},                 # the fused-kernel challenge's reference solution
+    "matmul_kernel": {"constexprs": {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32}},   # tl.dot, its GPU tile sizes
 }
 NUMBA_KERNELS = {
     "matmul_naive": "void(float32[:, :], float32[:, :], float32[:, :])",
+    "matmul_coalesced": "void(float32[:, :], float32[:, :], float32[:, :])",
     "matmul_tiled": "void(float32[:, :], float32[:, :], float32[:, :])",
     "scale_rows": "void(float32[:, :], float32[:], float32[:, :])",  # exercise 1's reference solution
 }

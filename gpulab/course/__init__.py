@@ -25,7 +25,14 @@ toolkit (``gpulab``); the toolkit never imports it.
 - ``comm_overlap``: how much of DDP's NCCL all-reduce ran beside compute kernels, from a profiler trace
 - ``scripts``: the scripts the multi-GPU lesson launches with torchrun
 - ``digits``, ``capstone``, ``capstone_torch``, ``ablation``: lesson 12's MNIST tensors, the seed loop as a
-  ``Recipe`` of switches, and the ablation that keeps each change only if it helps
+  ``Recipe`` of switches, and the ablation that keeps each change only if it helps; ``capstone_mfu``: MFU by two
+  FLOP counts over the measured and the datasheet peak
+- ``sustained``: what a card sustains against its datasheet (published shares, NVML clocks and power limit)
+- ``coalescing``, ``conv_levers``, ``optimizer_memory``, ``dali_install``, ``data_parallel``: lessons 11, 04, 05,
+  06 and 07's demonstrations (sectors per warp load, channels_last and cudnn.benchmark alone, optimizer state,
+  DALI's wheel, worker counts and noise margins)
+- ``roofline_exercises``, ``setup_exercises``, ``exercise_checks``: exercise checks that work out the expected
+  answer themselves (lessons 00, 01, 06, 08, 09)
 
 Example:
     >>> from gpulab import course
@@ -36,30 +43,41 @@ from . import models, scripts
 from .narrate import Narration, narrate
 from .prediction import (Prediction, PredictionTable, VersusPrediction, compare_predictions, predict, predictions,
                          versus_prediction)
-from .amdahl import SerialParallelStep, python_work, serial_parallel_step
-from .nvidia_smi import SmiHeader, SmiOutput, nvidia_smi, smi_header
+from .amdahl import SerialParallelStep, python_work, serial_parallel_step, speedup_needed
+from .nvidia_smi import CLOCK_EVENT_REASONS, SmiHeader, SmiOutput, active_reasons, nvidia_smi, smi_header
+from .sustained import Achievable, DatasheetShare, GPUClocks, achievable, explain_share, gpu_clocks
+from .roofline_exercises import check_linear_intensity, compute_bound_batch, linear_work
+from .setup_exercises import (ARCH_CASES, VISIBLE_CASES, check_kernels, check_slowdown_reader, check_visible,
+                              cuda_visible, kernels_run_on, slowdown_reasons)
 from .accumulation import GradientCheck, checkpointed, compare_gradients, micro_batch_gradients
 from .augment import augment_batch
 from .bandwidth import TransferPoint, TransferSweep, default_ceilings, transfer_sweep
-from .batching import BatchRun, BatchSweep, batch_sweep, cosine_factor, scale_lr, train_at_batch_size, warmup_factor
+from .batching import (BatchRun, BatchSweep, batch_sweep, cosine_factor, curve_knee, scale_lr, train_at_batch_size,
+                       warmup_factor)
 from .checks import SOLUTIONS_ENV, Challenge, Check, NotAnswered, challenge, check, solutions
 from .dali import DaliLoader, DaliPlan, dali_available, dali_loader, dali_plan, dali_tf_available, dali_tf_dataset
 from .dali import check_dali, dali_tolerance
 from .no_sync import NoSyncCheck, check_no_sync, no_sync_loss, no_sync_nullcontext
 from .comm_overlap import CommOverlap, comm_overlap, profile_comm_overlap
+from .data_parallel import (AccumulationBench, NoiseMargin, accumulation_bench, check_allreduce_crossover,
+                            check_strong_scaling, fsdp_runs_on_cpu, noise_margin, worker_counts)
 from .downloads import real_images
 from .images import CorruptDataError, ImageSet, data_dir, synthetic_images
 from .keras import KerasSetup, start_keras
 from .optional import OptionalPart, needs
-from .compilers import AutotuneScope, max_autotune_scope
+from .compilers import AutotuneScope, CompiledTraining, TorchFeature, compiled_training, max_autotune_scope, torch_feature
 from .oom_fixes import fix_settings, ladder_rungs
 from .kernels import FusedChallenge, fused_challenge, matmul_global_bytes
+from .coalescing import MatmulCoalescing, WarpLoad, matmul_coalescing, warp_sectors
 from .streams import OverlapTiming, StaleRead, copy_compute_overlap, stale_read
 from .pipelines import CachedLoader, cached_loader, tf_dataset, torch_loader
 from .precision import UnderflowReport, float_formats, gradient_underflow, keras_cnn, keras_step_times, matmul_sweep
 from .published import Cited, Measured, YourNumbers, cite, datasheet, measured, published_curve, your_numbers
 from .runs import RunComparison, compare_runs, pattern_batch, train_interleaved
-from .tf32 import fp32_step_ceiling, tf32, tf32_flags, tf32_supported
+from .tf32 import TF32_STATES, fp32_step_ceiling, tf32, tf32_flags, tf32_supported, under_tf32
+from .conv_levers import CONV_LEVERS, conv_lever_steps, cudnn_benchmark
+from .optimizer_memory import OptimizerStates, adafactor_available, compare_optimizers, optimizer_state_bytes
+from .accumulation import matmul_ops
 from .optimizer_step import (EpochReport, StepReport, accumulate_epoch, effective_batch_step, evaluate_autocast,
                              training_state)
 from .training import TrainConfig, TrainResult, accumulated_gradients, evaluate, train, train_step
@@ -67,21 +85,32 @@ from .verdicts import VERDICT_MEANING, verdict_story
 from .allocator import (AllocatorRun, TFOOM, TF_OOM_EXAMPLE, alloc_conf, allocator_probe, allowed_bytes, parse_tf_oom,
                         tf_limit_gpu_memory)
 from .memory_fit import FitChallenge, fit_challenge
+from .dali import HW_DECODER_LOAD, has_hardware_jpeg_decoder
+from .dali_install import DaliInstall, dali_install_args, dali_wheel, install_dali
+from .exercise_checks import (check_bytes_per_parameter, check_calls_per_item, check_faster_loading,
+                              check_loaders_that_keep_up, check_phase_bound, check_running_total,
+                              check_workers_needed)
 from .digits import Digits, PerSampleDigits, digits, to_features
 from .capstone import Recipe, RecipeRun, digits_on_disk, recipe_stepper, seed_model, train_recipe
 from .ablation import Ablation, AblationStep, Change, ablate
 from .capstone_torch import interleaved_gain, largest_batch, torch_ablation, torch_changes
 from .capstone_keras import KerasRecipe, KerasRun, keras_ablation, keras_changes, train_keras_recipe
 from .capstone_report import check_tracked, RecipeChallenge, ResultsCard, recipe_ceiling, recipe_challenge, results_card, results_dir, runs_dir
+from .capstone_mfu import MFU, mfu_report
 
 __all__ = [
-    "FusedChallenge", "fused_challenge", "matmul_global_bytes",
+    "FusedChallenge", "fused_challenge", "matmul_global_bytes", "MatmulCoalescing", "WarpLoad", "matmul_coalescing", "warp_sectors", "CompiledTraining", "compiled_training", "TorchFeature", "torch_feature",
     "digits", "Digits", "PerSampleDigits", "to_features", "Recipe", "RecipeRun", "train_recipe", "recipe_stepper", "seed_model",
     "digits_on_disk", "ablate", "Ablation", "AblationStep", "Change", "torch_ablation", "torch_changes", "largest_batch", "interleaved_gain",
     "KerasRecipe", "KerasRun", "train_keras_recipe", "keras_changes", "keras_ablation",
     "check_tracked", "recipe_ceiling", "recipe_challenge", "RecipeChallenge", "results_card", "ResultsCard", "results_dir", "runs_dir",
-    "serial_parallel_step", "SerialParallelStep", "python_work",
-    "nvidia_smi", "SmiOutput", "smi_header", "SmiHeader",
+    "MFU", "mfu_report",
+    "serial_parallel_step", "SerialParallelStep", "python_work", "speedup_needed",
+    "nvidia_smi", "SmiOutput", "smi_header", "SmiHeader", "active_reasons", "CLOCK_EVENT_REASONS",
+    "achievable", "Achievable", "gpu_clocks", "GPUClocks", "explain_share", "DatasheetShare",
+    "check_linear_intensity", "compute_bound_batch", "linear_work",
+    "cuda_visible", "check_visible", "VISIBLE_CASES", "kernels_run_on", "check_kernels", "ARCH_CASES",
+    "slowdown_reasons", "check_slowdown_reader",
     "models", "scripts", "TrainConfig", "TrainResult", "train", "train_step", "accumulated_gradients", "evaluate",
     "check", "Check", "NotAnswered", "challenge", "Challenge", "solutions", "SOLUTIONS_ENV",
     "narrate", "Narration",
@@ -91,6 +120,7 @@ __all__ = [
     "micro_batch_gradients", "compare_gradients", "GradientCheck", "checkpointed",
     "train_interleaved", "compare_runs", "RunComparison", "pattern_batch",
     "batch_sweep", "BatchSweep", "scale_lr", "warmup_factor", "cosine_factor", "train_at_batch_size", "BatchRun",
+    "curve_knee",
     "synthetic_images", "real_images", "ImageSet", "CorruptDataError", "data_dir",
     "torch_loader", "cached_loader", "CachedLoader", "tf_dataset",
     "dali_loader", "DaliLoader", "dali_plan", "DaliPlan", "dali_tf_dataset", "dali_available", "dali_tf_available",
@@ -98,14 +128,21 @@ __all__ = [
     "check_dali", "dali_tolerance",
     "check_no_sync", "NoSyncCheck", "no_sync_loss", "no_sync_nullcontext",
     "comm_overlap", "CommOverlap", "profile_comm_overlap",
+    "worker_counts", "NoiseMargin", "noise_margin", "AccumulationBench", "accumulation_bench",
+    "check_allreduce_crossover", "check_strong_scaling", "fsdp_runs_on_cpu",
     "transfer_sweep", "TransferSweep", "TransferPoint", "default_ceilings",
     "start_keras", "KerasSetup", "needs", "OptionalPart", "max_autotune_scope", "AutotuneScope",
     "fix_settings", "ladder_rungs",
     "copy_compute_overlap", "OverlapTiming", "stale_read", "StaleRead",
-    "tf32", "tf32_flags", "tf32_supported", "fp32_step_ceiling",
+    "tf32", "tf32_flags", "tf32_supported", "fp32_step_ceiling", "TF32_STATES", "under_tf32",
+    "CONV_LEVERS", "conv_lever_steps", "cudnn_benchmark", "matmul_ops",
+    "OptimizerStates", "adafactor_available", "compare_optimizers", "optimizer_state_bytes",
     "effective_batch_step", "StepReport", "accumulate_epoch", "EpochReport", "training_state", "evaluate_autocast",
     "verdict_story", "VERDICT_MEANING",
     "alloc_conf", "allowed_bytes", "allocator_probe", "AllocatorRun", "tf_limit_gpu_memory", "parse_tf_oom", "TFOOM",
     "TF_OOM_EXAMPLE", "fit_challenge", "FitChallenge",
+    "HW_DECODER_LOAD", "has_hardware_jpeg_decoder", "DaliInstall", "dali_install_args", "dali_wheel", "install_dali",
+    "check_faster_loading", "check_loaders_that_keep_up", "check_workers_needed", "check_phase_bound",
+    "check_calls_per_item", "check_bytes_per_parameter", "check_running_total",
     "your_numbers", "YourNumbers", "measured", "Measured", "cite", "Cited", "datasheet", "published_curve",
 ]

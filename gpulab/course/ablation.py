@@ -6,10 +6,14 @@ memory, test accuracy, the decision and why).
 epochs: at least the *accuracy floor*, the lowest test accuracy the baseline itself reached over its seeds (its
 own run plus ``accuracy_seeds`` reruns: its run-to-run spread) less ``accuracy_tolerance``. Every change is held
 to that one floor, so losses cannot add up from change to change, and a baseline that drew a lucky seed does not
-fail a recipe that is as good as it. A change a device cannot make (TF32 on a CPU) is listed with
-the reason. A *branch* is measured from the final recipe but not kept into it (e.g. "if the data must stay on
+fail a recipe that is as good as it. Each row shows its accuracy against the baseline's (in points), so the
+distance from the seed, not from the change before, is what the table tells. A change a device cannot make (TF32 on
+a CPU) is listed with the reason. A change with a one-off cost (``one_off=True``: compilation, graph capture) is
+also judged over the whole run: the table shows each row's total wall time (every epoch, the first included) and,
+for such a change, its one-off seconds and the epochs it takes to pay them back at its steady-state gain. A *branch* is measured from the final recipe but not kept into it (e.g. "if the data must stay on
 disk"). :func:`ablate` drives any framework: it needs a ``train(recipe, run)`` returning an object with
-``samples_per_s``, ``spread_pct``, ``test_accuracy``, ``peak_memory_bytes`` and ``flops_per_sample``.
+``samples_per_s``, ``spread_pct``, ``test_accuracy``, ``peak_memory_bytes`` and ``flops_per_sample`` (and,
+when it has them, ``epoch_times_s``: each epoch's wall time, the first included).
 
 Example:
     >>> from types import SimpleNamespace as NS
@@ -24,10 +28,10 @@ from __future__ import annotations
 import contextlib
 import math
 import numbers
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
-from .._format import NA, TableView, fmt_bytes, fmt_number, fmt_rate
+from .._format import NA, TableView, fmt_bytes, fmt_number, fmt_rate, fmt_seconds
 from .._check import flag, mapping, positive, text, whole
 from ..limits import ceiling_for
 
@@ -40,7 +44,10 @@ class Change:
     learning rate scaled from the current one). The function may instead return alternatives, a list of
     ``(label, fields)`` tried in order until one is kept (e.g. the batch sizes that fit, fastest first).
     ``available=False`` lists it with ``why_not`` instead of running it; ``branch=True`` measures it from the
-    final recipe without keeping it."""
+    final recipe without keeping it; ``one_off=True`` says it pays a one-off cost in its first epoch (compiling,
+    recording graphs), which the table sets against its gain per epoch. ``retry_of``: the label of an earlier change
+    this one tries again (a second pass), only if that one was dropped and a change kept since has changed the
+    recipe (a 16-bit format dropped at a small batch may pay at the batch reached later)."""
 
     label: str
     fields: Mapping[str, Any] | Callable[[Any], Mapping[str, Any]]
@@ -48,6 +55,8 @@ class Change:
     available: bool = True
     why_not: str = ""
     branch: bool = False
+    one_off: bool = False
+    retry_of: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.label, str) or not self.label.strip():
@@ -59,6 +68,8 @@ class Change:
         text("why_not", self.why_not)
         flag("available", self.available)
         flag("branch", self.branch)
+        flag("one_off", self.one_off)
+        text("retry_of", self.retry_of)
 
 
 def _fraction(name: str, value: Any) -> float:
@@ -115,6 +126,24 @@ class AblationStep:
     run_id: str | None = None
     gain: float | None = None        # samples/s over the recipe the change was applied to
     accuracies: tuple[float, ...] = ()   # the baseline's test accuracy over its seeds (its run-to-run spread)
+    epoch_times_s: tuple[float, ...] = ()   # every epoch's wall time, the first (start-up, compiling) included
+    one_off_s: float | None = None       # a one-off change: its first epoch's extra over the recipe it changed
+    break_even_epochs: float | None = None   # epochs of its steady-state gain that pay the one-off back (inf: never)
+
+    @property
+    def wall_s(self) -> float | None:
+        """The run's total training time: every epoch, the first (start-up, compiling) included."""
+        return sum(self.epoch_times_s) if self.epoch_times_s else None
+
+    @property
+    def startup_s(self) -> float | None:
+        """How much longer the first epoch took than a steady one (the median of the others); None with one epoch."""
+        if len(self.epoch_times_s) < 2:
+            return None
+        rest = sorted(self.epoch_times_s[1:])
+        mid = len(rest) // 2
+        steady = rest[mid] if len(rest) % 2 else (rest[mid - 1] + rest[mid]) / 2
+        return max(0.0, self.epoch_times_s[0] - steady)
 
     def accuracy_floor(self, tolerance: float = 0.01) -> float | None:
         """The lowest test accuracy a recipe may reach and count as accurate as this one: the lowest over its
@@ -173,6 +202,11 @@ class Ablation(TableView):
     def kept(self) -> tuple[str, ...]:
         return tuple(s.label for s in self.steps if s.decision == "kept")
 
+    def accuracy_vs_baseline(self, label: str) -> float | None:
+        """``label``'s test accuracy less the baseline's (a fraction: -0.004 is 0.4 points lower); None unmeasured."""
+        s, b = self.step(label), self.baseline
+        return None if s.test_accuracy is None or b.test_accuracy is None else s.test_accuracy - b.test_accuracy
+
     def speedup(self, label: str) -> float | None:
         """Samples/s of ``label`` over the baseline's (the same samples per epoch, so also the time ratio)."""
         s, b = self.step(label), self.baseline
@@ -214,28 +248,42 @@ class Ablation(TableView):
                  "samples_per_s": s.samples_per_s, "spread_pct": s.spread_pct, "speedup": self.speedup(s.label),
                  "achieved_flops": s.achieved_flops, "ceiling_dtype": s.ceiling_dtype,
                  "share_of_ceiling": self.share_of_ceiling(s.label), "gain": s.gain, "peak_memory_bytes": s.peak_memory_bytes,
-                 "test_accuracy": s.test_accuracy, "run_id": s.run_id} for s in self.steps]
+                 "test_accuracy": s.test_accuracy, "accuracy_vs_baseline": self.accuracy_vs_baseline(s.label),
+                 "wall_s": s.wall_s, "one_off_s": s.one_off_s, "break_even_epochs": s.break_even_epochs,
+                 "run_id": s.run_id} for s in self.steps]
         return pd.DataFrame(rows).set_index("step")
 
     def _columns(self) -> tuple[list[str], list[list[str]], str]:
+        one_off = any(s.one_off_s is not None for s in self.steps)
         header = ["step", "samples/s", "spread", f"vs {self.baseline.label}", "achieved", "% of ceiling",
-                  "peak memory", "test accuracy", "decision"]
+                  "peak memory", "test accuracy", f"accuracy vs {self.baseline.label}", "wall, all epochs",
+                  *(["one-off", "pays back after"] if one_off else []), "decision"]
         rows = []
         for s in self.steps:
+            decision = f"{s.decision}: {s.reason}" if s.reason else s.decision
             if not s.measured:
-                rows.append([s.label] + [NA] * 7 + [f"{s.decision}: {s.reason}" if s.reason else s.decision])
+                rows.append([s.label] + [NA] * (len(header) - 2) + [decision])
                 continue
-            share, sp = self.share_of_ceiling(s.label), self.speedup(s.label)
+            share, sp, dacc = self.share_of_ceiling(s.label), self.speedup(s.label), self.accuracy_vs_baseline(s.label)
             noisy = s.spread_pct is not None and s.spread_pct > 10
-            rows.append([s.label + (" *" if noisy else ""), fmt_number(s.samples_per_s), f"{s.spread_pct:.0f}%" if s.spread_pct is not None else NA,
-                         f"{sp:.2f}x" if sp else NA, fmt_rate(s.achieved_flops, "FLOP/s") if s.achieved_flops else NA,
-                         f"{share:.0%} {_short(s.ceiling_dtype)}" if share is not None else NA,
-                         fmt_bytes(s.peak_memory_bytes), NA if s.test_accuracy is None else f"{s.test_accuracy:.1%}",
-                         f"{s.decision}: {s.reason}" if s.reason else s.decision])
-        notes = [f"{self.epochs} epochs per step; samples/s from the epochs after the first" if self.epochs else "",
+            row = [s.label + (" *" if noisy else ""), fmt_number(s.samples_per_s),
+                   f"{s.spread_pct:.0f}%" if s.spread_pct is not None else NA,
+                   f"{sp:.2f}x" if sp else NA, fmt_rate(s.achieved_flops, "FLOP/s") if s.achieved_flops else NA,
+                   f"{share:.0%} {_short(s.ceiling_dtype)}" if share is not None else NA,
+                   fmt_bytes(s.peak_memory_bytes), NA if s.test_accuracy is None else f"{s.test_accuracy:.1%}",
+                   NA if dacc is None else ("0.0 pt" if s is self.baseline else f"{100 * dacc:+.1f} pt"),
+                   fmt_seconds(s.wall_s)]
+            if one_off:
+                row += [fmt_seconds(s.one_off_s) if s.one_off_s is not None else "",
+                        "" if s.break_even_epochs is None else _epochs(s.break_even_epochs)]
+            rows.append(row + [decision])
+        notes = [f"{self.epochs} epochs per step; samples/s from the epochs after the first; wall: every epoch, "
+                 f"the first (start-up, compiling) included" if self.epochs else "",
                  f"kept = faster beyond the noise (and by at least 5%; 'interleaved': the two recipes' steps timed "
                  f"in turn) and at least {self._floor_text()} accurate; % of ceiling = counted FLOPs x samples/s over this "
                  f"machine's measured matmul peak in the step's precision",
+                 "one-off = the first epoch's extra time over the recipe it changed (compiling, recording graphs); "
+                 "pays back after = one-off / time saved per epoch at the steady gain" if one_off else "",
                  f"final: {self.final.label} = {self.ratio_over_baseline:.1f}x the {self.baseline.label}"]
         if any(r[0].endswith(" *") for r in rows):
             notes.append("* spread above 10%: the machine was busy; a change is kept only if it gained more than "
@@ -286,6 +334,10 @@ class Ablation(TableView):
         return ax
 
 
+def _epochs(n: float) -> str:
+    return "never" if math.isinf(n) else f"{n:.2g} epochs" if n < 10 else f"{n:,.0f} epochs"
+
+
 def _short(dtype: str | None) -> str:
     return {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(dtype or "", dtype or "")
 
@@ -310,6 +362,18 @@ def _decide(current: AblationStep, got: AblationStep, floor: float | None, min_g
         return False, gain, (f"{gain:.2f}x{how}: slower" if gain < 1 - noise
                              else f"{gain:.2f}x{how}: within the noise ({noise:.0%})")
     return True, gain, f"{gain:.2f}x{how}"
+
+
+def _one_off(current: AblationStep, got: AblationStep, gain: float) -> AblationStep:
+    """``got`` with its one-off cost (its first epoch's extra over a steady one, less the extra the recipe it changed
+    already paid) and the epochs its steady gain takes to pay that back: one-off / (the changed recipe's steady
+    epoch x (1 - 1/gain)); infinite when it gains nothing per epoch."""
+    if got.startup_s is None or current.startup_s is None or not math.isfinite(gain):
+        return got
+    one_off = max(0.0, got.startup_s - current.startup_s)
+    steady = current.epoch_times_s[0] - current.startup_s
+    saved = steady * (1 - 1 / gain) if gain > 0 else 0.0
+    return replace(got, one_off_s=one_off, break_even_epochs=one_off / saved if saved > 0 else math.inf)
 
 
 def ablate(train: Callable[[Any, Any], Any], baseline: Any, changes: Sequence[Change], *,
@@ -388,9 +452,8 @@ def ablate(train: Callable[[Any, Any], Any], baseline: Any, changes: Sequence[Ch
                             float(result.samples_per_s),
                             None if result.spread_pct is None else float(result.spread_pct), result.test_accuracy,
                             result.peak_memory_bytes, result.flops_per_sample, c[0] if c else None,
-                            c[1] if c else None, run_id)
-
-    from dataclasses import replace
+                            c[1] if c else None, run_id,
+                            epoch_times_s=tuple(float(t) for t in getattr(result, "epoch_times_s", ()) or ()))
 
     current = measure(baseline_label, baseline, "baseline")
     if rerun is not None and accuracy_seeds and current.test_accuracy is not None:
@@ -402,6 +465,7 @@ def ablate(train: Callable[[Any, Any], Any], baseline: Any, changes: Sequence[Ch
     recipe = baseline
     steps = [current]
     branches = []
+    tried: dict[str, tuple[bool, int]] = {}     # label -> (kept, how many changes were kept when it was decided)
     for change in changes:
         if not change.available:
             steps.append(AblationStep(change.label, "", {}, "not available", change.why_not))
@@ -409,9 +473,20 @@ def ablate(train: Callable[[Any, Any], Any], baseline: Any, changes: Sequence[Ch
         if change.branch:
             branches.append(change)
             continue
+        n_kept = sum(s.decision == "kept" for s in steps)
+        if change.retry_of:
+            first = tried.get(change.retry_of)
+            why_not = (f"{change.retry_of!r} was not tried" if first is None else
+                       f"{change.retry_of!r} was kept in the first pass" if first[0] else
+                       f"nothing was kept since {change.retry_of!r} was dropped: the same recipe" if first[1] == n_kept
+                       else "")
+            if why_not:
+                steps.append(AblationStep(change.label, "", {}, "not tried", why_not))
+                continue
         fields = change.fields(recipe) if callable(change.fields) else change.fields
         options = [(change.label, fields)] if isinstance(fields, Mapping) else \
             [(f"{change.label}: {name}", f) for name, f in fields]
+        start = len(steps)
         if not options:
             steps.append(AblationStep(change.label, "", {}, "not tried", change.why_not or "nothing to try"))
         for label, f in options:
@@ -419,10 +494,17 @@ def ablate(train: Callable[[Any, Any], Any], baseline: Any, changes: Sequence[Ch
             got = measure(label, candidate, "dropped")
             paired = compare(recipe, candidate) if compare is not None else None
             keep, gain, why = _decide(current, got, floor, min_gain, paired)
+            if change.one_off:
+                got = _one_off(current, got, gain)
+                if got.one_off_s is not None:
+                    why += f"; one-off {got.one_off_s:.3g} s, " + (
+                        "never paid back" if math.isinf(got.break_even_epochs) else
+                        f"paid back after {_epochs(got.break_even_epochs)}")
             steps.append(replace(got, decision="kept" if keep else "dropped", reason=why, gain=gain))
             if keep:
                 current, recipe = steps[-1], candidate
                 break
+        tried[change.label] = (any(s.decision == "kept" for s in steps[start:]), sum(s.decision == "kept" for s in steps))
     for change in branches:
         fields = change.fields(recipe) if callable(change.fields) else change.fields
         got = measure(change.label, apply(recipe, fields), "branch")

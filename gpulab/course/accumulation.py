@@ -6,7 +6,8 @@
   Optionally under autocast (bf16, or fp16 with loss scaling).
 - :func:`compare_gradients` -> :class:`GradientCheck` - do two sets of gradients agree within a tolerance?
 - :func:`checkpointed` - a ``nn.Sequential`` that keeps only the activations at segment boundaries and
-  recomputes the rest during backward (``torch.utils.checkpoint``), sharing the original's layers.
+  recomputes the rest during backward (``torch.utils.checkpoint``), sharing the original's layers; with
+  ``save="matmuls"`` selectively: matmul and convolution outputs kept, the cheap operators recomputed.
 
 Example:
     >>> import torch, gpulab as gl
@@ -28,7 +29,7 @@ from typing import Any, Callable, Literal, Sequence
 
 from .._format import html_table, text_table
 
-__all__ = ["micro_batch_gradients", "GradientCheck", "compare_gradients", "checkpointed"]
+__all__ = ["micro_batch_gradients", "GradientCheck", "compare_gradients", "checkpointed", "matmul_ops"]
 
 Weighting = Literal["by_size", "equal", "none"]
 _PRECISIONS = ("fp32", "bf16", "fp16")
@@ -205,6 +206,33 @@ def _keep_batchnorm_statistics(module: Any) -> Any:
                     buf.copy_(value)
 
 
+@contextlib.contextmanager
+def _both(first: Any, second: Any) -> Any:
+    with first, second:
+        yield
+
+
+def matmul_ops() -> tuple[Any, ...]:
+    """The operators selective checkpointing keeps (``save="matmuls"``): matrix multiplications and
+    convolutions, the expensive ones to recompute; everything else (normalisation, activations, pooling,
+    additions) is recomputed during backward.
+
+    Example:
+        >>> len(matmul_ops()) >= 4
+        True
+    """
+    import torch
+
+    aten = torch.ops.aten
+    return (aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default, aten.convolution.default)
+
+
+def _save_policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> Any:
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    return CheckpointPolicy.MUST_SAVE if op in matmul_ops() else CheckpointPolicy.PREFER_RECOMPUTE
+
+
 _BLOCK_CLASS: Any = None
 
 
@@ -213,33 +241,47 @@ def _block_class() -> Any:
     if _BLOCK_CLASS is None:
         import torch
         from torch import nn
-        from torch.utils.checkpoint import checkpoint
+        from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts
 
         class CheckpointedSegment(nn.Module):
             """Runs ``segment`` under ``torch.utils.checkpoint`` while training with gradients: only its
             input is kept; its inner activations are recomputed during backward."""
 
-            def __init__(self, segment: Any) -> None:
+            def __init__(self, segment: Any, save: str | None = None) -> None:
                 super().__init__()
                 self.segment = segment
+                self.save = save
+
+            def _contexts(self) -> tuple[Any, Any]:
+                keep = _keep_batchnorm_statistics(self.segment)
+                if self.save is None:
+                    return contextlib.nullcontext(), keep
+                forward_ctx, recompute_ctx = create_selective_checkpoint_contexts(_save_policy)
+                return forward_ctx, _both(keep, recompute_ctx)   # statistics saved and restored outside the mode
 
             def forward(self, x: Any) -> Any:
                 if not (self.training and torch.is_grad_enabled()):
                     return self.segment(x)
-                return checkpoint(self.segment, x, use_reentrant=False,
-                                  context_fn=lambda: (contextlib.nullcontext(),
-                                                      _keep_batchnorm_statistics(self.segment)))
+                # use_reentrant=False: the saved-tensor-hooks implementation (autograd graph recorded in forward,
+                # recomputation stopped once the needed tensors exist, context_fn supported). Without the argument
+                # torch warns and falls back to the older reentrant one.
+                return checkpoint(self.segment, x, use_reentrant=False, context_fn=self._contexts)
 
         _BLOCK_CLASS = CheckpointedSegment
     return _BLOCK_CLASS
 
 
-def checkpointed(model: Any, segments: int | None = None) -> Any:
+def checkpointed(model: Any, segments: int | None = None, *, save: str | None = None) -> Any:
     """Gradient checkpointing for an ``nn.Sequential``: cut it into ``segments`` runs of consecutive
     layers (default ``round(sqrt(len(model)))``, the O(sqrt n) memory plan of Chen et al. 2016) and run
     each but the last under ``torch.utils.checkpoint``. Forward keeps only each segment's input; backward
     recomputes one segment at a time - less activation memory for about one extra forward pass.
-    ``segments=1`` checkpoints nothing.
+    ``segments=1`` checkpoints nothing. Every segment runs ``torch.utils.checkpoint.checkpoint`` with
+    ``use_reentrant=False``.
+
+    ``save="matmuls"`` makes it *selective* (``torch.utils.checkpoint.create_selective_checkpoint_contexts``,
+    torch 2.4+): each segment keeps the outputs of its matmuls and convolutions (:func:`matmul_ops`) and
+    recomputes only the cheap operators between them, so backward repeats little work for a smaller saving.
 
     Returns a new ``nn.Sequential`` that shares the original's layers (and so its parameters: an optimizer
     built on either trains both). In eval mode or under ``torch.no_grad()`` it runs as the plain model.
@@ -251,6 +293,8 @@ def checkpointed(model: Any, segments: int | None = None) -> Any:
         >>> ckpt = course.checkpointed(model, segments=3)
         >>> x = torch.randn(2, 1, 28, 28)
         >>> torch.allclose(ckpt(x), model(x)) and len(ckpt) == 3
+        True
+        >>> torch.allclose(course.checkpointed(model, 3, save="matmuls")(x), model(x))
         True
     """
     from torch import nn
@@ -267,11 +311,14 @@ def checkpointed(model: Any, segments: int | None = None) -> Any:
     if isinstance(segments, bool) or not isinstance(segments, int) or not 1 <= segments <= len(layers):
         raise ValueError(f"segments must be a whole number from 1 to {len(layers)} (the number of layers), "
                          f"got {segments!r}")
+    if save not in (None, "matmuls"):
+        raise ValueError(f"save must be None (full checkpointing) or 'matmuls' (keep matmul and convolution "
+                         f"outputs, recompute the rest), got {save!r}")
     block = _block_class()
     bounds = [round(i * len(layers) / segments) for i in range(segments + 1)]
     chunks = [nn.Sequential(*layers[a:b]) for a, b in zip(bounds, bounds[1:])]
     # The last segment runs plainly (as in torch.utils.checkpoint.checkpoint_sequential): backward needs
     # its activations at once, so checkpointing it would only recompute it.
-    out = nn.Sequential(*[block(c) for c in chunks[:-1]], chunks[-1])
+    out = nn.Sequential(*[block(c, save) for c in chunks[:-1]], chunks[-1])
     out.train(model.training)
     return out

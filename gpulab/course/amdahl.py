@@ -23,7 +23,7 @@ from .._format import html_table, text_table
 from ..roofline import AmdahlFit, amdahl_speedup
 from ..timing import benchmark
 
-__all__ = ["SerialParallelStep", "serial_parallel_step", "python_work"]
+__all__ = ["SerialParallelStep", "serial_parallel_step", "python_work", "speedup_needed"]
 
 
 def python_work(iterations: int) -> int:
@@ -34,6 +34,22 @@ def python_work(iterations: int) -> int:
         14
     """
     return sum(i * i for i in range(iterations))
+
+
+def speedup_needed(parallel_fraction: float, share_of_ceiling: float = 0.9) -> float:
+    """How many times faster the parallel part must run for the whole step to reach ``share_of_ceiling`` of
+    Amdahl's ceiling 1 / (1 - p): solving 1 / ((1 - p) + p / S) = share / (1 - p) for S gives
+    S = share * p / ((1 - share) * (1 - p)).
+
+    Example:
+        >>> round(speedup_needed(0.9, 0.9), 6)   # 81x for a 90%-parallel step to reach 9 of its 10x ceiling
+        81.0
+    """
+    for name, v in (("parallel_fraction", parallel_fraction), ("share_of_ceiling", share_of_ceiling)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1:
+            raise ValueError(f"{name} must be a fraction strictly between 0 and 1, got {v!r}")
+    p, share = float(parallel_fraction), float(share_of_ceiling)
+    return share * p / ((1 - share) * (1 - p))
 
 
 def _matmul_read(a: Any) -> float:

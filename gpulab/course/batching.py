@@ -23,14 +23,31 @@ import math
 import time
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 from .._format import fmt_bytes, fmt_number, fmt_seconds, html_table, text_table
 from .._check import checked, positive, whole
 from ..limits import ceiling_for
 from ..timing import Measurement
 
-__all__ = ["batch_sweep", "BatchSweep", "scale_lr", "warmup_factor", "train_at_batch_size", "BatchRun"]
+__all__ = ["batch_sweep", "BatchSweep", "scale_lr", "warmup_factor", "train_at_batch_size", "BatchRun", "curve_knee"]
+
+
+def curve_knee(points: Sequence[tuple[int, float]], threshold: float = 0.9) -> int:
+    """The knee of a ``(batch, items/s)`` curve, as :class:`BatchSweep` defines it for a measured one: the smallest
+    batch reaching ``threshold`` of the best items/s (e.g. a published curve from :func:`published_curve`).
+
+    Example:
+        >>> curve_knee([(1, 79.0), (8, 652.0), (32, 1128.0), (256, 1198.0)])
+        32
+    """
+    pts = sorted((int(b), float(r)) for b, r in points)
+    if not pts:
+        raise ValueError("points must hold at least one (batch, items/s) pair, e.g. course.published_curve(key)")
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 < threshold <= 1:
+        raise ValueError(f"threshold must be a share of the best within (0, 1], got {threshold!r}")
+    top = max(r for _, r in pts)
+    return next(b for b, r in pts if r >= threshold * top)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -171,12 +188,14 @@ class BatchSweep:
                                                                               if self.ceiling_note else "")
         return html_table(self._HEADER, self._rows(), caption=self._caption(), footer=foot)
 
-    def plot(self, ax: Any = None, published: Sequence[tuple[int, float]] | None = None,
+    def plot(self, ax: Any = None,
+             published: Sequence[tuple[int, float]] | Mapping[str, Sequence[tuple[int, float]]] | None = None,
              published_label: str = "published") -> Any:
         """items/s against batch size (log scale) with the knee marked, and step memory on a second axis.
 
-        ``published``: optional ``(batch, items/s)`` points drawn normalised to their own best, on a
-        share-of-best scale, so curves from other hardware can be compared by shape. Returns the Axes.
+        ``published``: optional ``(batch, items/s)`` points, or several curves as ``{label: points}``, each drawn
+        normalised to its own best, on a share-of-best scale, so curves from other hardware or precisions can be
+        compared by shape. Returns the Axes.
         """
         import matplotlib.pyplot as plt
 
@@ -186,13 +205,18 @@ class BatchSweep:
         top = self.items_per_s(self.best)
         share = [100 * self.items_per_s(b) / top for b in sizes]
         ax.plot(sizes, share, "o-", color="#2a7ab9", label="items/s, % of best (this machine)")
-        if published:
-            pb, pr = zip(*published)
-            ax.plot(pb, [100 * r / max(pr) for r in pr], "s--", color="#888888", label=published_label)
+        if isinstance(published, Mapping):
+            curves = dict(published)
+        else:
+            curves = {published_label: published} if published else {}
+        styles = (("s--", "#888888"), ("D:", "#b07d2a"), ("v-.", "#6a4c93"))
+        for (label, points), (style, colour) in zip(curves.items(), styles):
+            pb, pr = zip(*points)
+            ax.plot(pb, [100 * r / max(pr) for r in pr], style, color=colour, label=label)
         ax.axvline(self.knee, color="#2a7ab9", ls=":", lw=1)
         ax.annotate(f"knee: {self.knee} ", (self.knee, 103), color="#2a7ab9", fontsize=9, ha="right")
         ax.set_xscale("log", base=2)
-        ticks = sorted(set(sizes) | ({b for b, _ in published} if published else set()))
+        ticks = sorted(set(sizes) | {b for points in curves.values() for b, _ in points})
         if len(ticks) > 10:
             ticks = ticks[::2]
         ax.set_xticks(ticks, [str(t) for t in ticks])

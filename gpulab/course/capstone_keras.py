@@ -336,10 +336,13 @@ def keras_changes(*, device: Any = None, batch_size: int = 256, n_train: int | N
         Change("tf.data: cache, shuffle, batch, prefetch", {"data": "tf.data"},
                why="a tf.data pipeline that prepares the next batch while the step runs"),
         Change(f"mixed precision ({policy})", {"policy": policy}, why=why),
-        Change("XLA (jit_compile=True)", {"jit_compile": True}, available=kind != "cuda",
+        Change("XLA (jit_compile=True)", {"jit_compile": True}, available=kind != "cuda", one_off=True,
                why_not="the seed's jit_compile='auto' already compiles with XLA when TensorFlow sees a GPU"),
         Change("larger batch", bigger, why="4x, else 2x, the batch so far, lr scaled by the square root",
                why_not="neither 2x nor 4x the batch leaves an epoch 8 steps"),
+        Change(f"mixed precision ({policy}), again on the recipe reached", {"policy": policy},
+               why="16-bit matmuls gain more on larger matrices: tried again if a later change (XLA, a larger batch) "
+                   "was kept", retry_of=f"mixed precision ({policy})"),
     ]
 
 

@@ -132,7 +132,8 @@ class RecipeChallenge:
 @checked(device="device")
 def recipe_challenge(name: str, recipe: Recipe | None, data: Digits, *, baseline: RecipeRun | AblationStep,
                      speedup: float = 5.0, accuracy_tolerance: float = 0.01, epochs: int | None = None,
-                     device: Any = None, compare_s: float = 0.6) -> RecipeChallenge | NotAnswered:
+                     device: Any = None, compare_s: float = 0.6,
+                     not_from: Ablation | None = None) -> RecipeChallenge | NotAnswered:
     """Train ``recipe`` on ``data`` for as many epochs as ``baseline`` (the seed loop measured in this session:
     a :class:`course.RecipeRun` or the ablation's first step) and pass when it is ``speedup`` times faster and at
     most ``accuracy_tolerance`` less accurate than the lowest accuracy the seed loop reached over its seeds (the
@@ -140,11 +141,21 @@ def recipe_challenge(name: str, recipe: Recipe | None, data: Digits, *, baseline
     steps timed in turn for ``compare_s`` seconds each (:func:`course.interleaved_gain`), so the machine being busier
     now than when the seed loop was measured cannot pass or fail a recipe; ``compare_s=0`` divides the two runs'
     throughputs instead. A miss raises ``AssertionError`` saying by how much;
-    ``recipe=None`` shows "not answered yet"."""
+    ``recipe=None`` shows "not answered yet". ``not_from``: the ablation the learner has seen; a recipe equal to
+    one of its kept rows (its final recipe, or a step on the way to it) is refused before any training, with
+    ``AssertionError``: the exercise asks for a recipe built, not copied."""
     if recipe is None:
         return NotAnswered(name)
     if not isinstance(recipe, Recipe):
         raise TypeError(f"recipe must be a course.Recipe(...), got {recipe!r}")
+    if not_from is not None:
+        if not isinstance(not_from, Ablation):
+            raise TypeError(f"not_from must be the ablation table (course.torch_ablation(...)) or None, got {not_from!r:.60}")
+        copied = [s.label for s in not_from.steps if s.decision == "kept" and s.params == recipe.params()]
+        if copied:
+            raise AssertionError(f"{name}: this recipe is the table's row {copied[-1]!r}, copied: build your own from "
+                                 "the lessons (a different batch, data path, precision or schedule), and say why "
+                                 "each change should help")
     accs: tuple[float, ...] = ()
     if isinstance(baseline, RecipeRun):
         base_rate, base_acc, base_epochs = baseline.samples_per_s, baseline.test_accuracy, baseline.epochs

@@ -143,19 +143,38 @@ def torch_changes(data: Digits, *, device: Any = None, batch_size: int = 256, co
                why_not="TF32 needs an Ampere or newer GPU"),
         Change("fused Adam", {"optimizer": "fused"}, available=fused_ok,
                why_not=f"torch {torch.__version__} has no fused Adam for {dev.type}"),
-        Change("torch.compile", {"compile": True}, available=cuda or compile_on_cpu,
+        Change("torch.compile", {"compile": True}, available=cuda or compile_on_cpu, one_off=True,
                why_not="skipped on a CPU: the first compiled step builds C++ for ~30 s (lesson 10), more than this "
                        "lesson's time; torch_ablation(compile_on_cpu=True) measures it"),
         Change("CUDA graphs (torch.compile, mode='reduce-overhead')", {"compile": True, "cuda_graphs": True},
-               available=cuda, why="each step's kernels recorded once and replayed with one launch (lesson 10)",
+               available=cuda, one_off=True,
+               why="each step's kernels recorded once and replayed with one launch (lesson 10)",
                why_not="CUDA graphs record GPU kernel launches: a CUDA GPU only"),
         Change("larger batch that fits", bigger,
                why="find_max_batch_size times the sizes that fit; the faster ones are tried, fastest first",
                why_not="no batch that fits ran faster than the current one in the search"),
+        *_second_pass(low, tf32_supported(dev)),
         Change("data on disk: DataLoader with workers" + (", pinned" if cuda else ""),
                lambda r: {"data": "disk", "workers": max(1, min(4, cores)), "pin_memory": cuda}, branch=True,
                why="what the final recipe keeps when the data set cannot be held in memory"),
     ]
+
+
+def _second_pass(low: str | None, tf32_ok: bool) -> list[Change]:
+    """The precision changes tried again once a later change (a larger batch above all) has changed the recipe: a
+    16-bit or TF32 matmul gains more on large matrices than on small ones, so a change dropped at batch 256 may pay
+    at the batch reached. Each runs only if its first try was dropped and something was kept since."""
+    why = "its gain depends on the size of the matmuls, which the later changes (the batch) have changed"
+    out = []
+    if low is not None:
+        first = f"{low} autocast" + (" + GradScaler" if low == "fp16" else "")
+        out.append(Change(f"{first}, again on the recipe reached", {"precision": low}, why=why, retry_of=first))
+    if tf32_ok:
+        out.append(Change("TF32 matmuls, again on the recipe reached",
+                          lambda r: [] if r.precision != "fp32" else {"tf32": True}, why=why,
+                          why_not="the recipe's matmuls run in 16 bits now: TF32 changes only fp32 ones",
+                          retry_of="TF32 matmuls"))
+    return out
 
 
 def _fused_adam_works(dev: Any) -> bool:

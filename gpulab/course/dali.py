@@ -1,7 +1,9 @@
 """The lesson's pipeline in NVIDIA DALI: where each stage runs on this machine (dali_plan), as a PyTorch iterator or a tf.data.Dataset."""
 from __future__ import annotations
 
+import dataclasses
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Iterator, Literal
 
@@ -10,7 +12,7 @@ from .images import ImageSet
 from .pipelines import AREA, ASPECT, _check_set, _crop, _norm
 
 __all__ = ['DaliPlan', 'dali_plan', 'DaliLoader', 'dali_available', 'dali_tf_available', 'dali_loader', 'dali_tf_dataset',
-           'dali_tolerance', 'check_dali', 'CPU_ATOL', 'GPU_ATOL']
+           'dali_tolerance', 'check_dali', 'CPU_ATOL', 'GPU_ATOL', 'HW_DECODER_LOAD', 'has_hardware_jpeg_decoder']
 
 # Mean |difference| allowed between one unaugmented DALI batch and torchvision's, in normalised units (one grey
 # level of 255 is about 0.017 after dividing by the std). The CPU pipeline decodes with libjpeg-turbo like PIL:
@@ -19,6 +21,29 @@ __all__ = ['DaliPlan', 'dali_plan', 'DaliLoader', 'dali_available', 'dali_tf_ava
 CPU_ATOL = 0.02
 GPU_ATOL = 0.06
 
+# fn.decoders.image(device="mixed", hw_decoder_load=...): the share of the JPEG images sent to the GPU's hardware
+# JPEG decoder (NVJPG) where the GPU has one; the rest are decoded by nvJPEG's CUDA path. The default of DALI 2.4, the
+# release the course pins; DALI's documentation says the best share depends on the pipeline's threads and is found by
+# measuring.
+HW_DECODER_LOAD = 0.65
+# the GPUs with a hardware JPEG decoder: the GA100 chip (A100, A30, A800) and the GH100 chip (H100, H800, H200, GH200)
+_HW_JPEG = re.compile(r"\b(A100|A30|A800|H100|H800|H200|GH200)\b", re.IGNORECASE)
+
+
+def has_hardware_jpeg_decoder(gpu_name: str | None) -> bool:
+    """Whether the GPU named ``gpu_name`` (``torch.cuda.get_device_name()``) has a hardware JPEG decoder that
+    DALI's ``"mixed"`` decoder can use: the A100, A30, H100 and H200 have one (NVIDIA's nvJPEG documentation lists
+    its hardware backend for these chips); a T4 has none, and a name not on this list or ``None`` (no GPU) counts
+    as none.
+
+    Example:
+        >>> has_hardware_jpeg_decoder("NVIDIA A100-SXM4-40GB"), has_hardware_jpeg_decoder("Tesla T4")
+        (True, False)
+    """
+    if gpu_name is not None and not isinstance(gpu_name, str):
+        raise TypeError(f"gpu_name must be a GPU's name (torch.cuda.get_device_name()) or None, got {gpu_name!r}")
+    return bool(gpu_name and _HW_JPEG.search(gpu_name))
+
 
 # ----------------------------------------------------------------------------------------------
 # NVIDIA DALI
@@ -26,31 +51,52 @@ GPU_ATOL = 0.06
 class DaliPlan:
     """Where each stage of a DALI pipeline runs: ``decoder`` ("cpu" = libjpeg-turbo on CPU threads, or
     "mixed" = nvJPEG: Huffman decoding on the CPU, the rest on the GPU, using the A100/H100 hardware JPEG
-    decoder when present), ``ops`` for augmentation ("cpu" or "gpu"), and the pipeline's ``device_id``
-    (``None``: a CPU-only pipeline that needs no GPU at all)."""
+    decoder when present), ``ops`` for augmentation ("cpu" or "gpu"), the pipeline's ``device_id``
+    (``None``: a CPU-only pipeline that needs no GPU at all), and ``hw_decoder_load``: the share of the images
+    the "mixed" decoder sends to the GPU's hardware JPEG decoder, set only where the GPU has one (``None``
+    elsewhere: every image is decoded by nvJPEG's CUDA path, or on the CPU)."""
 
     device_id: int | None
     decoder: Literal["cpu", "mixed"]
     ops: Literal["cpu", "gpu"]
+    hw_decoder_load: float | None = None
 
     @property
     def on_gpu(self) -> bool:
         return self.device_id is not None
 
     def __str__(self) -> str:
+        if self.on_gpu and self.hw_decoder_load is not None:
+            return (f"DALI on GPU {self.device_id}: decoder 'mixed' ({self.hw_decoder_load:.0%} of the JPEGs to the "
+                    "hardware JPEG decoder, the rest to nvJPEG's CUDA path), augmentation on the GPU")
         if self.on_gpu:
             return f"DALI on GPU {self.device_id}: decoder 'mixed' (nvJPEG), augmentation on the GPU"
         return "DALI on the CPU only (device_id=None): decoder 'cpu' (libjpeg-turbo), augmentation on CPU threads"
 
 
+def _gpu_name(index: int) -> str | None:
+    try:
+        import torch
+
+        return torch.cuda.get_device_name(index) if torch.cuda.is_available() else None
+    except (ImportError, RuntimeError, AssertionError):
+        return None
+
+
 @checked(device="devspec")
-def dali_plan(device: Any = None) -> DaliPlan:
-    """The :class:`DaliPlan` for ``device`` ("cuda", "cuda:1", "cpu"; default: the course device).
+def dali_plan(device: Any = None, *, gpu_name: str | None = None) -> DaliPlan:
+    """The :class:`DaliPlan` for ``device`` ("cuda", "cuda:1", "cpu"; default: the course device). On a GPU
+    with a hardware JPEG decoder (:func:`has_hardware_jpeg_decoder`; ``gpu_name`` defaults to the device's own
+    name) the plan sends :data:`HW_DECODER_LOAD` of the images to it.
 
     Example:
         >>> dali_plan("cpu").decoder, dali_plan("cuda:1").device_id
         ('cpu', 1)
+        >>> [dali_plan("cuda", gpu_name=name).hw_decoder_load for name in ("NVIDIA H100 80GB HBM3", "Tesla T4")]
+        [0.65, None]
     """
+    if gpu_name is not None and not isinstance(gpu_name, str):
+        raise TypeError(f"gpu_name must be a GPU's name (torch.cuda.get_device_name()) or None, got {gpu_name!r}")
     if device is None:
         from ..system import device_kind
 
@@ -58,7 +104,9 @@ def dali_plan(device: Any = None) -> DaliPlan:
     kind, _, index = str(device).partition(":")
     if kind == "cuda":
         explicit = None if isinstance(device, str) else getattr(device, "index", None)   # torch.device("cuda", 1)
-        return DaliPlan(int(explicit if explicit is not None else (index or 0)), "mixed", "gpu")
+        device_id = int(explicit if explicit is not None else (index or 0))
+        name = gpu_name if gpu_name is not None else _gpu_name(device_id)
+        return DaliPlan(device_id, "mixed", "gpu", HW_DECODER_LOAD if has_hardware_jpeg_decoder(name) else None)
     if kind not in ("cpu", "mps"):
         raise ValueError(f"device must be 'cpu' or 'cuda[:index]', got {device!r}")
     return DaliPlan(None, "cpu", "cpu")
@@ -71,8 +119,11 @@ def _dali_graph(fn: Any, types: Any, plan: DaliPlan, images: ImageSet, crop: int
     # the listed files (relative to file_root) with their labels: no folder scan, so stray files are never read
     jpegs, labels = fn.readers.file(file_root=str(images.root), files=list(images.files), labels=list(images.labels),
                                     random_shuffle=shuffle, seed=seed, name="Reader")
+    # hw_decoder_load only where the GPU has a hardware JPEG decoder (the argument does nothing elsewhere)
+    hardware = ({"hw_decoder_load": plan.hw_decoder_load}
+                if plan.decoder == "mixed" and plan.hw_decoder_load is not None else {})
     decoded = fn.decoders.image(jpegs, device=plan.decoder,
-                                output_type=types.RGB if images.channels == 3 else types.GRAY)
+                                output_type=types.RGB if images.channels == 3 else types.GRAY, **hardware)
     mean, std = _norm(images.channels)
     mirror: Any = 0
     if augment:
@@ -156,11 +207,13 @@ def dali_tf_available() -> bool:
 @checked(device="devspec")
 def dali_loader(images: ImageSet, batch_size: int = 64, *, crop: int | None = None, augment: bool = True,
                 device: Any = None, num_threads: int | None = None, shuffle: bool = True, seed: int = 0,
-                prefetch_queue_depth: int = 2) -> DaliLoader:
+                prefetch_queue_depth: int = 2, hw_decoder_load: float | None = None) -> DaliLoader:
     """A DALI pipeline over ``images.root`` feeding PyTorch (see :class:`DaliLoader` and :func:`dali_plan`).
 
     ``num_threads`` CPU threads decode and augment (default: all cores of this process);
-    ``prefetch_queue_depth`` batches are prepared ahead. ``fn.readers.file`` reads exactly the files the set
+    ``prefetch_queue_depth`` batches are prepared ahead. ``hw_decoder_load`` (0 to 1) replaces the plan's share of
+    images for the hardware JPEG decoder; it needs a GPU that has one (``dali_plan(device).hw_decoder_load`` is
+    not None). ``fn.readers.file`` reads exactly the files the set
     lists, with their labels (``files=``, ``labels=``), in the order :func:`~gpulab.course.torch_loader` uses;
     a listed file that is missing or changed raises :class:`~gpulab.course.CorruptDataError` here, not a
     "Critical error in pipeline" later.
@@ -179,11 +232,26 @@ def dali_loader(images: ImageSet, batch_size: int = 64, *, crop: int | None = No
     for name, value in (("augment", augment), ("shuffle", shuffle)):
         flag(name, value)
     whole("prefetch_queue_depth", prefetch_queue_depth)
+    plan = _with_load(dali_plan(device), hw_decoder_load)
     if not dali_available():
         raise ImportError("NVIDIA DALI is not installed: pip install nvidia-dali-cuda120 (Linux x86_64/aarch64)")
     images.verify()
-    return DaliLoader(images, batch_size, crop, augment, dali_plan(device), _threads(num_threads), shuffle, seed,
+    return DaliLoader(images, batch_size, crop, augment, plan, _threads(num_threads), shuffle, seed,
                       prefetch_queue_depth)
+
+
+def _with_load(plan: DaliPlan, hw_decoder_load: Any) -> DaliPlan:
+    """``plan`` with its hardware decoder share replaced by ``hw_decoder_load`` (None: kept)."""
+    if hw_decoder_load is None:
+        return plan
+    if isinstance(hw_decoder_load, bool) or not isinstance(hw_decoder_load, (int, float)) \
+            or not 0 <= hw_decoder_load <= 1:
+        raise ValueError(f"hw_decoder_load must be a share from 0 to 1 of the images for the hardware JPEG decoder, "
+                         f"got {hw_decoder_load!r}")
+    if plan.hw_decoder_load is None:
+        raise ValueError(f"hw_decoder_load={hw_decoder_load!r} needs a GPU with a hardware JPEG decoder (A100, A30, "
+                         f"H100, H200); this plan has none ({plan}): leave hw_decoder_load=None")
+    return dataclasses.replace(plan, hw_decoder_load=float(hw_decoder_load))
 
 
 @checked(device="devspec")

@@ -4,7 +4,8 @@
 elsewhere (a laptop, a CPU runtime) it returns an *illustration* of what the tool prints on a Colab T4 runtime,
 written in nvidia-smi's documented layout (not a measurement of any machine), and says so in its first line.
 :func:`smi_header` reads the versions in the report's header: the driver's version and the highest CUDA version
-that driver supports (not the CUDA toolkit installed).
+that driver supports (not the CUDA toolkit installed). :func:`active_reasons` lists the clock event ("throttle")
+reasons that ``nvidia-smi -q -d PERFORMANCE`` marks Active, and :data:`CLOCK_EVENT_REASONS` says what each means.
 
 Example:
     >>> from gpulab import course
@@ -22,7 +23,8 @@ import subprocess
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-__all__ = ["SmiOutput", "SmiHeader", "nvidia_smi", "smi_header", "ILLUSTRATION_GPU"]
+__all__ = ["SmiOutput", "SmiHeader", "nvidia_smi", "smi_header", "ILLUSTRATION_GPU", "CLOCK_EVENT_REASONS",
+           "active_reasons"]
 
 ILLUSTRATION_GPU = "Tesla T4 on a Colab GPU runtime"
 
@@ -67,7 +69,47 @@ pid, process_name, used_memory [MiB]
 2817, /usr/bin/python3, 1358 MiB
 """
 
-_SAMPLES = {"": _SMI, "dmon": _DMON, "--query-compute-apps": _APPS}
+# `nvidia-smi -q -d PERFORMANCE` (drivers 535 and later say "Clocks Event Reasons", older ones "Clocks Throttle
+# Reasons"), for the same T4 running a long matmul at its power limit.
+_PERFORMANCE = """\
+==============NVSMI LOG==============
+
+Timestamp                                 : Tue Nov 24 01:00:05 2026
+Driver Version                            : 550.54.15
+CUDA Version                              : 12.4
+
+Attached GPUs                             : 1
+GPU 00000000:00:04.0
+    Performance State                     : P0
+    Clocks Event Reasons
+        Idle                              : Not Active
+        Applications Clocks Setting       : Not Active
+        SW Power Cap                      : Active
+        HW Slowdown                       : Not Active
+            HW Thermal Slowdown           : Not Active
+            HW Power Brake Slowdown       : Not Active
+        Sync Boost                        : Not Active
+        SW Thermal Slowdown               : Not Active
+        Display Clock Setting             : Not Active
+"""
+
+# What each reason means (NVML's nvmlClocksEventReason* documentation, as nvidia-smi names them).
+CLOCK_EVENT_REASONS: dict[str, str] = {
+    "Idle": "nothing runs on the GPU, so its clocks drop to the idle state",
+    "Applications Clocks Setting": "the clocks are held at the application clocks someone set (nvidia-smi -ac)",
+    "SW Power Cap": "the driver lowers the clocks to keep the board's power draw within its power limit "
+                    "(nvidia-smi -pl): how a card runs under heavy load, not a fault",
+    "HW Slowdown": "the hardware cut the clocks sharply (by half or more): too hot, an external power brake, or a "
+                   "power spike (it can also show briefly while the clocks change)",
+    "HW Thermal Slowdown": "the hardware slowdown above, caused by temperature",
+    "HW Power Brake Slowdown": "the hardware slowdown above, asserted by the system's power supply (power brake)",
+    "Sync Boost": "the GPU is in a sync-boost group and runs at the clocks of its slowest member",
+    "SW Thermal Slowdown": "the driver lowers the clocks because the GPU or its memory is above its maximum "
+                           "operating temperature",
+    "Display Clock Setting": "the clocks are held by the display clock setting",
+}
+
+_SAMPLES = {"": _SMI, "dmon": _DMON, "--query-compute-apps": _APPS, "-q": _PERFORMANCE}
 
 
 @dataclass(frozen=True)
@@ -103,7 +145,8 @@ def _sample_for(args: Sequence[str]) -> str:
 def nvidia_smi(args: Sequence[str] = (), *, timeout_s: float = 30.0,
                which: Callable[[str], str | None] = shutil.which) -> SmiOutput:
     """Run ``nvidia-smi`` with ``args`` where it exists; elsewhere return the labelled T4 illustration for the
-    default report, ``dmon`` or ``--query-compute-apps=...``. ``which`` finds the tool (tests replace it).
+    default report, ``dmon``, ``--query-compute-apps=...`` or ``-q -d PERFORMANCE``. ``which`` finds the tool
+    (tests replace it).
 
     Example:
         >>> nvidia_smi(["dmon", "-c", "5"], which=lambda _: None).text.startswith("# gpu")
@@ -148,3 +191,20 @@ def smi_header(text: str) -> SmiHeader:
         return SmiHeader(None, None)
     clean = lambda v: None if v.upper() == "N/A" else v   # noqa: E731
     return SmiHeader(clean(m["driver"]), clean(m["cuda"]))
+
+
+_REASON_LINE = re.compile(r"^\s*(?P<name>[A-Za-z][A-Za-z ]*?)\s*:\s*(?P<state>Active|Not Active)\s*$")
+
+
+def active_reasons(text: str) -> list[str]:
+    """The clock event reasons ``nvidia-smi -q -d PERFORMANCE`` marks ``Active``, in the report's order (one GPU's
+    report; names as in :data:`CLOCK_EVENT_REASONS`).
+
+    Example:
+        >>> active_reasons(nvidia_smi(["-q", "-d", "PERFORMANCE"], which=lambda _: None).text)
+        ['SW Power Cap']
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be nvidia-smi's output as a string, got {type(text).__name__}")
+    found = [m for m in map(_REASON_LINE.match, text.splitlines()) if m]
+    return [m["name"] for m in found if m["state"] == "Active" and m["name"] in CLOCK_EVENT_REASONS]

@@ -26,12 +26,20 @@ Example:
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from .._check import checked
 from ..system import tf32_state, tf32_switched
 
-__all__ = ["tf32", "tf32_supported", "tf32_flags", "fp32_step_ceiling"]
+__all__ = ["tf32", "tf32_supported", "tf32_flags", "fp32_step_ceiling", "TF32_STATES", "under_tf32"]
+
+#: The three TF32 states worth timing, as ``(matmuls may use TF32, cuDNN convolutions may use TF32)``:
+#: everything in full fp32, PyTorch's default, and everything allowed.
+TF32_STATES: dict[str, tuple[bool, bool]] = {
+    "all off": (False, False),
+    "default (matmul off, cuDNN on)": (False, True),
+    "all on": (True, True),
+}
 
 
 def tf32_flags() -> dict[str, Any]:
@@ -74,6 +82,27 @@ def tf32(enabled: bool, *, convolutions: bool | None = None) -> Iterator[dict[st
         yield tf32_flags()
 
 
+def under_tf32(state: str, fn: Callable[[], Any]) -> Callable[[], Any]:
+    """A zero-argument callable that runs ``fn()`` in one of :data:`TF32_STATES` (switches restored after each
+    call), for timing the states side by side with :func:`gpulab.benchmark_interleaved`.
+
+    Example:
+        >>> run = under_tf32("default (matmul off, cuDNN on)", lambda: (tf32_flags()["matmul"], tf32_flags()["cudnn"]))
+        >>> run()
+        (False, True)
+    """
+    if state not in TF32_STATES:
+        raise ValueError(f"state must be one of {list(TF32_STATES)}, got {state!r}")
+    if not callable(fn):
+        raise TypeError(f"fn must be a callable without arguments, got {fn!r}")
+    matmul, convolutions = TF32_STATES[state]
+
+    def run() -> Any:
+        with tf32(matmul, convolutions=convolutions):
+            return fn()
+    return run
+
+
 @checked(device="devspec")
 def tf32_supported(device: Any = None) -> bool:
     """True when ``device`` (default: the current CUDA device, if any) is an NVIDIA GPU of compute
@@ -99,11 +128,13 @@ def fp32_step_ceiling(measured_peaks: Mapping[str, float], *, device: Any = None
     """The FLOP/s ceiling an fp32 training step should be compared with.
 
     ``measured_peaks`` maps dtype names (``"float32"``, ``"bfloat16"``, ``"float16"``) to the measured matmul
-    ceilings. Where TF32 does not exist (CPU, T4, V100) it is the measured fp32 ceiling. On Ampere+ with
-    cuDNN's TF32 on (``convolutions_tf32``, default: as :func:`gpulab.system.tf32_state` reads it) the step's
-    convolutions run on TF32 tensor cores, so the ceiling is the TF32 tensor peak of ``gpu`` from the
-    datasheet (:func:`gpulab.gpu_spec`); for a GPU not in the datasheet list, the fastest measured ceiling
-    (a 16-bit one: TF32 is never faster than 16 bits). Either is at least the measured fp32 ceiling.
+    ceilings, and may hold ``"tf32"``: the fp32 matmul ceiling measured with TF32 allowed. Where TF32 does not
+    exist (CPU, T4, V100) it is the measured fp32 ceiling. On Ampere+ with cuDNN's TF32 on
+    (``convolutions_tf32``, default: as :func:`gpulab.system.tf32_state` reads it) the step's convolutions run
+    on TF32 tensor cores, so the ceiling is the measured ``"tf32"`` one when given (then every ceiling of a
+    comparison is a measured one); without it, the TF32 tensor peak of ``gpu`` from the datasheet
+    (:func:`gpulab.gpu_spec`), or for a GPU not in that list the fastest measured ceiling (a 16-bit one: TF32
+    is never faster than 16 bits). Each is at least the measured fp32 ceiling.
 
     Example:
         >>> fp32_step_ceiling({"float32": 1e11, "bfloat16": 5e10}, device="cpu")
@@ -117,6 +148,8 @@ def fp32_step_ceiling(measured_peaks: Mapping[str, float], *, device: Any = None
     on = tf32_state().cudnn if convolutions_tf32 is None else convolutions_tf32
     if not on:
         return fp32
+    if "tf32" in measured_peaks:
+        return max(fp32, float(measured_peaks["tf32"]))
     spec_peak = None
     if gpu is not None:
         from ..reference import gpu_spec

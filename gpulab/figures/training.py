@@ -167,4 +167,31 @@ FIGURES: tuple[Published, ...] = (
               "Hugging Face Transformers docs, 'Efficient Training on a Single GPU' (v4.21)",
               "https://huggingface.co/docs/transformers/v4.21.0/perf_train_gpu_one", "2022",
               "10.09 / 8.86 samples/s (throughput ratio); memory 7275 / 14949 MB = 0.49x."),
+    Published("amp-dle-resnet50-a100", "NVIDIA DeepLearningExamples, ResNet-50 v1.5 training in PyTorch on one "
+              "A100 80GB: 938 img/s in TF32 vs 2,470 img/s with mixed precision (AMP).", 2.63, 2.63, "x",
+              "NVIDIA A100 80GB (DGX A100, 1 GPU)", "NVIDIA DeepLearningExamples, ResNet50 v1.5 for PyTorch, README "
+              "'Training performance: NVIDIA DGX A100'",
+              "https://github.com/NVIDIA/DeepLearningExamples/tree/master/PyTorch/Classification/ConvNets/resnet50v1.5",
+              "2021-03", "pytorch-21.03 NGC container. The baseline is TF32, not full fp32: on an A100 PyTorch's "
+              "convolutions use TF32 by default."),
+    Published("amp-dle-resnet50-v100", "NVIDIA DeepLearningExamples, ResNet-50 v1.5 training in PyTorch on one "
+              "V100 16GB: 367 img/s in fp32 vs 1,200 img/s with mixed precision (AMP).", 3.26, 3.26, "x",
+              "NVIDIA V100 16GB (DGX-1, 1 GPU)", "NVIDIA DeepLearningExamples, ResNet50 v1.5 for PyTorch, README "
+              "'Training performance: NVIDIA DGX-1 16GB'",
+              "https://github.com/NVIDIA/DeepLearningExamples/tree/master/PyTorch/Classification/ConvNets/resnet50v1.5",
+              "2021-03", "pytorch-21.03 NGC container; 3.24x (356 vs 1,156 img/s) on a V100 32GB."),
+    Published("amp-dle-resnet50-t4-inference", "NVIDIA DeepLearningExamples, ResNet-50 v1.5 in PyTorch on a T4: "
+              "inference at batch 256, 415 img/s in fp32 vs 1,198 img/s with mixed precision. The README gives no "
+              "T4 training table.", 2.89, 2.89, "x", "NVIDIA T4 (inference, batch 256)",
+              "NVIDIA DeepLearningExamples, ResNet50 v1.5 for PyTorch, README 'Inference performance: NVIDIA T4'",
+              "https://github.com/NVIDIA/DeepLearningExamples/tree/master/PyTorch/Classification/ConvNets/resnet50v1.5",
+              "2021-03", "Inference, not training: forward passes only, no backward or optimizer step."),
+    Published("optimizer-8bit-adam-memory", "8-bit Adam (block-wise quantized optimizer states, bitsandbytes) keeps "
+              "32-bit Adam's results with 75% less optimizer-state memory: its two states take 1 byte per parameter "
+              "each instead of 4.", 0.25, 0.25, "x memory", "GPU training (language models up to 1.5B parameters, "
+              "GLUE fine-tuning, ImageNet)",
+              "Dettmers, Lewis, Shleifer, Zettlemoyer, '8-bit Optimizers via Block-wise Quantization' (ICLR 2022); "
+              "bitsandbytes documentation", "https://arxiv.org/abs/2110.02861", "2021-10",
+              "Optimizer state only; weights, gradients and activations are unchanged. bitsandbytes keeps tensors "
+              "under 4,096 elements in 32 bits."),
 )
