@@ -54,19 +54,19 @@ def import_fully_shard() -> Callable[..., Any]:
         >>> callable(import_fully_shard())
         True
     """
-    try:
-        from torch.distributed.fsdp import fully_shard as public
-        return public
-    except ImportError:
-        pass
-    try:
-        from torch.distributed._composable.fsdp import fully_shard as composable
-        return composable
-    except ImportError as e:
-        import torch
+    import importlib
 
-        raise ImportError(f"FSDP2's fully_shard needs torch 2.4 or later (public from 2.6); this is torch "
-                          f"{torch.__version__}: pip install -U torch") from e
+    import torch
+
+    for where in ("torch.distributed.fsdp", "torch.distributed._composable.fsdp"):
+        try:
+            found = getattr(importlib.import_module(where), "fully_shard", None)
+        except ImportError:
+            found = None
+        if found is not None:
+            return found
+    raise ImportError(f"FSDP2's fully_shard needs torch 2.4 or later (public from 2.6); this is torch "
+                      f"{torch.__version__}: pip install -U torch")
 
 
 def local_bytes(tensors: Any) -> int:
