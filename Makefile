@@ -29,6 +29,12 @@ COMPAT_VENV ?= .venv-compat
 COMPAT_PY := $(COMPAT_VENV)/bin/python
 COMPAT_HASH := $(shell cat requirements/compat.txt | sha256sum | cut -c1-16)
 COMPAT_STAMP := $(COMPAT_VENV)/.gpulab-compat-$(COMPAT_HASH)
+# `make dist` and `make docs`: a third, small venv with the build front end, pdoc and gpulab's core dependencies only
+# (requirements/tools.txt; ~20 s to build), so the release files and the API reference never wait for the course stack.
+TOOLS_VENV ?= .venv-tools
+TOOLS_PY := $(TOOLS_VENV)/bin/python
+TOOLS_HASH := $(shell cat requirements/tools.txt pyproject.toml | sha256sum | cut -c1-16)
+TOOLS_STAMP := $(TOOLS_VENV)/.gpulab-tools-$(TOOLS_HASH)
 LAB_PORT ?= 8888
 # `make runs`: the folder gl.tracking logs runs to (its default is ./runs of the notebook kernel's working
 # directory, or $GPULAB_RUNS), and the ports of the MLflow UI and TensorBoard (both on 127.0.0.1 only).
@@ -40,7 +46,7 @@ PYTEST_ARGS ?=
 # venv's editable install points at another clone.
 export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 
-.PHONY: install lab test unit notebooks ui stress gpu-check doctor docs runs compat compat-install dist clean help
+.PHONY: install lab test unit notebooks ui stress gpu-check doctor docs runs compat compat-install tools-install dist clean help
 
 help:
 	@echo "make lab   - install the course stack (first time: a few minutes) and start JupyterLab"
@@ -127,9 +133,20 @@ $(COMPAT_STAMP):
 compat: compat-install
 	$(COMPAT_PY) -m pytest $(PYTEST_ARGS) -p no:cacheprovider tests --ignore=tests/ui
 
-# The API reference from the docstrings (pdoc): build/docs/index.html. The docstrings' examples run in `make unit`.
-docs: install
-	$(PY) tools/docs.py build/docs
+tools-install: $(TOOLS_STAMP)
+
+$(TOOLS_STAMP):
+	@test -x $(TOOLS_PY) || $(PYTHON) -m venv $(TOOLS_VENV)
+	$(TOOLS_PY) -m pip install --quiet --upgrade pip
+	$(TOOLS_PY) -m pip install --quiet -r requirements/tools.txt -e .
+	$(TOOLS_PY) -m pip check
+	@rm -f $(TOOLS_VENV)/.gpulab-tools-*
+	@touch $@
+
+# The API reference from the docstrings (pdoc): build/docs/index.html, the toolkit first and the course apart. It
+# imports gpulab with its core dependencies only; the docstrings' examples run in `make unit`.
+docs: tools-install
+	$(TOOLS_PY) tools/docs.py build/docs
 
 doctor: install
 	$(PY) -m gpulab doctor
@@ -141,9 +158,9 @@ runs: install
 
 # The release files: the sdist and, built from it, the wheel, in dist/ (python -m build: an isolated build with
 # pyproject.toml's build requirements). `pip install dist/gpulab-*.whl` installs the library anywhere.
-dist: install
+dist: tools-install
 	rm -rf dist
-	$(PY) -m build --outdir dist .
+	$(TOOLS_PY) -m build --outdir dist .
 	@ls dist
 
 clean:

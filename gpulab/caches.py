@@ -44,6 +44,8 @@ def cache_levels(device: Any = "cpu") -> tuple[tuple[str, int], ...]:
     """
     import os
 
+    if str(device) == "cpu":        # the CPU's caches are read from the OS: no torch needed
+        return _cpu_caches()
     import torch
 
     dev = torch.device(device)
@@ -53,8 +55,12 @@ def cache_levels(device: Any = "cpu") -> tuple[tuple[str, int], ...]:
         except (RuntimeError, AssertionError):      # no driver answering: the GPU does not say
             return ()
         return (("L2", l2),) if l2 > 0 else ()
-    if dev.type != "cpu":
-        return ()
+    return _cpu_caches() if dev.type == "cpu" else ()
+
+
+def _cpu_caches() -> tuple[tuple[str, int], ...]:
+    import os
+
     root, found = _CPU_CACHES, {}
     try:
         entries = sorted(os.listdir(root))
@@ -82,18 +88,19 @@ def cache_copies(measure: Callable[..., Measurement], dev: Any, have: set[str], 
     (L2)"``. Those in ``have`` (by label), and those not smaller than the ``below`` bytes the main-memory copy moves
     (a cache copy must never stand in for main memory), are not measured."""
     import dataclasses
-
-    import torch
+    import importlib.util
 
     from .interleaved import threads
 
+    # numpy's copy (no torch) runs on one thread: there is no second thread count to try
+    torch_threads = importlib.util.find_spec("torch") is not None and dev.type == "cpu"
     out = []
-    for level, size in cache_levels(dev):
+    for level, size in cache_levels("cpu" if dev.type == "cpu" else dev):
         nbytes = max(4096, size // 4 // 4 * 4)
         label = f"copy {fmt_bytes(nbytes)} ({level})"
         if label not in have and 2 * nbytes < below:
             runs = [measure(nbytes, dev, min_run_time)]
-            if dev.type == "cpu" and torch.get_num_threads() > 1:
+            if torch_threads and _torch_threads() > 1:
                 # a copy this small is split across the threads, and one descheduled thread (a core busy with
                 # other work) stalls the whole call: the best of the threads and of one thread is the ceiling
                 with threads(1):
@@ -101,3 +108,9 @@ def cache_copies(measure: Callable[..., Measurement], dev: Any, have: set[str], 
             best = min(runs, key=lambda m: m.min_s)
             out.append(dataclasses.replace(best, label=label))
     return tuple(out)
+
+
+def _torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()

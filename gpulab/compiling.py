@@ -386,7 +386,7 @@ def cuda_graph(fn: Callable[..., Any], *static_inputs: Any, warmup: int = 3) -> 
 
     if not torch.cuda.is_available():
         raise RuntimeError("CUDA graphs need an NVIDIA GPU (torch.cuda.is_available() is False); on a CPU the "
-                           "overhead they remove is measured per operator instead (lesson 10, section 3)")
+                           "overhead they remove can be measured per operator instead (gl.profile(step).verdict)")
     if not static_inputs or not all(isinstance(t, torch.Tensor) and t.is_cuda for t in static_inputs):
         raise ValueError("static_inputs must be CUDA tensors (the graph reads its inputs from their memory)")
     side = torch.cuda.Stream()

@@ -131,7 +131,7 @@ _FIELDS = ("compute_capability", "sms", "warp_size", "max_threads_per_block", "m
 class DeviceQuery:
     """The execution-model figures of one GPU, each None where unknown.
 
-    ``measured`` is True for the learner's own GPU (read from the device), False for published figures.
+    ``measured`` is True for this machine's GPU (read from the device), False for published figures.
     ``sources`` names where each field came from: ``"torch"``, ``"NVML"``, ``"derived"`` or
     ``"published: <document>"``; ``source`` says it for the device as a whole. Derived:
     ``max_warps_per_sm`` = max threads per SM / warp size; ``bandwidth_bytes_per_s`` = memory clock x 2

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Literal
 
 from ._check import install_hint
+from ._links import see
 from ._format import html_table
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -126,8 +127,10 @@ def diagnose(info: SystemInfo) -> list[Diagnosis]:
                 f"Use indices 0..{len(nv_gpus) - 1} or GPU UUIDs (nvidia-smi -L).")
 
     if torch_fw is None or not torch_fw.installed:
-        add("info", "torch-missing", "PyTorch is not installed: the lessons need it.",
-            f"{install_hint('torch')}, or run `make lab`, which installs the course stack.")
+        add("info", "torch-missing", "PyTorch is not installed: timing, the CPU's ceilings and telemetry work "
+            "without it (numpy); profiling, memory tools and every GPU path need it.",
+            f"{install_hint('torch')}; on Linux without an NVIDIA GPU, pip install torch torchvision --index-url "
+            "https://download.pytorch.org/whl/cpu takes the CPU-only build instead of several GB of CUDA libraries.")
     else:
         if torch_fw.cuda_build is None and not torch_fw.detail.get("hip"):
             if nv_gpus:
@@ -146,7 +149,7 @@ def diagnose(info: SystemInfo) -> list[Diagnosis]:
                     f"but torch {torch_fw.version} was built for CUDA {torch_fw.cuda_build}"
                     + (" (CUDA 13 wheels need an R580 or newer driver)." if need[0] >= 13 else "."),
                     f"Update the driver to one supporting CUDA {need[0]}.{need[1]}, or install the same torch built "
-                    f"for CUDA {have[0]}.x from PyTorch's index (`make lab` picks the wheel from the driver).")
+                    f"for CUDA {have[0]}.x from PyTorch's index ({see('install')}).")
             elif have < need:
                 add("warning", "driver-older-minor",
                     f"The driver supports CUDA {have[0]}.{have[1]}; torch was built for {torch_fw.cuda_build}. "
@@ -168,8 +171,7 @@ def diagnose(info: SystemInfo) -> list[Diagnosis]:
                     f"torch {torch_fw.version} carries kernels for {', '.join(arch)} but not for the {g.name} "
                     f"(compute capability {cc}): CUDA calls will fail with 'no kernel image is available'.",
                     "Install the same torch built for CUDA 12.6 (it still includes Volta and Pascal): "
-                    "pip install torch --index-url https://download.pytorch.org/whl/cu126 - `make lab` does "
-                    "this when it sees such a GPU.")
+                    "pip install torch --index-url https://download.pytorch.org/whl/cu126.")
         if torch_fw.gpu_count:
             names = ", ".join(torch_fw.detail.get("devices", [])) or f"{torch_fw.gpu_count} GPU(s)"
             add("ok", "torch-cuda", f"torch sees {torch_fw.gpu_count} GPU(s): {names}.")
@@ -186,7 +188,7 @@ def diagnose(info: SystemInfo) -> list[Diagnosis]:
                     "" if on else ("torch.backends.cuda.matmul.fp32_precision = 'tf32'"
                                    if torch_fw.detail.get("tf32_api") == "fp32_precision" else
                                    "torch.set_float32_matmul_precision('high')")
-                    + " turns TF32 on (lesson 04 measures it); TensorFlow uses TF32 by default on this GPU.")
+                    + f" turns TF32 on ({see('tf32')}); TensorFlow uses TF32 by default on this GPU.")
         elif torch_fw.detail.get("mps"):
             add("ok", "torch-mps", "torch uses Apple's GPU through MPS.")
         if info.torch_threads is not None and info.torch_threads < max(1, (info.physical_cores or 1)):
@@ -198,13 +200,13 @@ def diagnose(info: SystemInfo) -> list[Diagnosis]:
     if tf_fw is not None and tf_fw.installed:
         if tf_fw.error:
             add("warning", "tf-broken", f"TensorFlow is installed but failed to load: {tf_fw.error}",
-                "Reinstall it: `make lab` re-creates the course environment.")
+                "Reinstall it: pip install --force-reinstall tensorflow (the version you use).")
         elif torch_fw and torch_fw.gpu_count and tf_fw.gpu_count == 0:
             cpu_pkg = tf_fw.detail.get("package") == "tensorflow-cpu"
             add("warning", "tf-no-gpu",
                 f"TensorFlow {tf_fw.version} sees no GPU while torch sees {torch_fw.gpu_count}"
                 + (" (the tensorflow-cpu package is installed)." if cpu_pkg else "."),
-                "pip install 'tensorflow[and-cuda]' (Linux) - `make lab` does this on a GPU machine.")
+                "pip install 'tensorflow[and-cuda]' (Linux).")
         elif tf_fw.gpu_count:
             add("ok", "tf-gpu", f"TensorFlow sees {tf_fw.gpu_count} GPU(s).")
             if tf_fw.detail.get("memory_growth") is False and tf_fw.detail.get("gpus_started"):
@@ -230,15 +232,16 @@ def diagnose(info: SystemInfo) -> list[Diagnosis]:
 
     caps = info.capabilities
     if caps.device == "cpu":
-        add("info", "no-gpu", "No GPU in use: lessons run in CPU mode with reduced sizes and show published GPU "
-            "figures beside yours.",
+        add("info", "no-gpu", "No GPU in use: work runs on the CPU; gl.published and gl.gpu_spec give GPU figures "
+            "with their sources to set beside yours.",
             "On Colab: Runtime > Change runtime type > T4 GPU, then re-run." if info.colab else "")
         if caps.amx:
             add("ok", "cpu-bf16", "This CPU has AMX: bf16 autocast runs matrix math on tensor tiles, "
                 "the CPU cousin of a GPU's tensor cores.")
         elif "avx512_bf16" in info.cpu_flags:
             add("info", "cpu-bf16", "This CPU has AVX512-BF16 instructions but no AMX: bf16 halves memory traffic, "
-                "yet bf16 matmuls may run slower than fp32 here - lesson 04 measures it.")
+                "yet bf16 matmuls may run slower than fp32 here: time both (gl.machine_limits(dtypes=['float32', "
+                "'bfloat16'])) before choosing.")
     elif caps.device == "cuda" and not caps.bf16:
         add("info", "no-bf16", "This GPU has no bf16 tensor cores (compute capability < 8.0): "
             "use fp16 autocast with GradScaler.")

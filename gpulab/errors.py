@@ -28,7 +28,7 @@ ASYNC_NOTE = ("CUDA kernels run asynchronously: the error surfaces at a later CU
 KNOWN_ERRORS: tuple[tuple[str, str, str, str, bool, bool], ...] = (
     ("out-of-memory", r"out of memory|OutOfMemoryError",
      "a tensor allocation did not fit in the GPU's free memory",
-     "gl.explain_oom(exc, model, optimizer, batch) breaks the memory down and ranks the fixes (lesson 09)",
+     "gl.explain_oom(exc, model, optimizer, batch) breaks the memory down and ranks the fixes",
      False, False),
     ("no-driver", r"Found no NVIDIA driver",
      "no NVIDIA driver is loaded: a machine or container without a GPU, or a Colab session on a CPU runtime",

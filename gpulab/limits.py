@@ -23,6 +23,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
+from . import _numpy_ceilings as _np_ceil
 from ._check import checked, nbytes as _nbytes, text, texts, whole
 from ._format import fmt_bytes, fmt_flops, fmt_rate, html_table, text_table
 from .caches import cache_copies, cache_levels
@@ -53,8 +54,11 @@ def _torch_dtype_name(name: Any, arg: str = "dtype") -> str:
 def measure_matmul(n: int, dtype: str = "float32", device: Any = None, min_run_time: float = 0.5,
                    warmup: int = 2) -> Measurement:
     """Time an ``n x n`` by ``n x n`` matmul into a preallocated output (no allocation in the timed call);
-    the Measurement carries ``flops = 2 n^3``; its ``min_s`` is the fastest run."""
+    the Measurement carries ``flops = 2 n^3``; its ``min_s`` is the fastest run. Without PyTorch, on the CPU:
+    ``numpy.matmul`` (float32, float64)."""
     n = whole("n", n)
+    if _np_ceil.without_torch(device):
+        return _np_ceil.matmul(n, dtype, min_run_time, warmup)
     import torch
 
     from .system import device as pick_device
@@ -71,8 +75,11 @@ def measure_matmul(n: int, dtype: str = "float32", device: Any = None, min_run_t
 
 @checked(device="device", min_run_time="pos", warmup="count0")
 def measure_bandwidth(nbytes: int, device: Any = None, min_run_time: float = 0.5, warmup: int = 2) -> Measurement:
-    """Time copying ``nbytes`` from one buffer to another; ``bytes_moved`` counts read + write (2 x nbytes)."""
+    """Time copying ``nbytes`` from one buffer to another; ``bytes_moved`` counts read + write (2 x nbytes).
+    Without PyTorch, on the CPU: ``numpy.copyto``."""
     nbytes = whole("nbytes", nbytes, low=4096)
+    if _np_ceil.without_torch(device):
+        return _np_ceil.copy(nbytes, min_run_time, warmup)
     import torch
 
     from .system import device as pick_device
@@ -181,9 +188,11 @@ class MachineLimits:
         tf32 = {True: "; fp32 matmuls with TF32 allowed", False: "; fp32 matmuls without TF32", None: ""}
         caches = (f"; copies in the caches: {', '.join(m.label.removeprefix('copy ') for m in self.cache_copy)}"
                   if self.cache_copy else "")
-        return (f"fastest of {runs} runs of torch.mm(out=) over n = {', '.join(map(str, sizes))} per dtype; "
+        lib = f"torch {self.env.torch}" if self.env.torch else "numpy (PyTorch is not installed)"
+        mm = "torch.mm(out=)" if self.env.torch else "numpy.matmul(out=)"
+        return (f"fastest of {runs} runs of {mm} over n = {', '.join(map(str, sizes))} per dtype; "
                 f"{copy.label} (read + write counted), fastest of {copy.runs} runs{caches}; {self.env.threads} threads, "
-                f"torch {self.env.torch}{tf32[self.fp32_tf32]}")
+                f"{lib}{tf32[self.fp32_tf32]}")
 
     def _rows(self) -> list[tuple[str, str]]:
         tf32 = lambda d: " (TF32)" if d == "float32" and self.fp32_tf32 else ""   # noqa: E731
@@ -212,7 +221,10 @@ _CACHE: dict[tuple[Any, ...], MachineLimits] = {}
 
 
 def _normalised(dev: Any) -> Any:
-    """``dev`` as a torch.device with its index: "cuda" (or a bare CUDA device) is the current GPU, "cuda:N"."""
+    """``dev`` as a torch.device with its index: "cuda" (or a bare CUDA device) is the current GPU, "cuda:N"; the CPU
+    as numpy's stand-in when torch is not installed."""
+    if _np_ceil.without_torch(dev):
+        return _np_ceil.Cpu()
     import torch
 
     dev = torch.device("cuda", dev) if isinstance(dev, int) and not isinstance(dev, bool) else torch.device(dev)
@@ -234,7 +246,7 @@ def _machine_key(dev: Any) -> tuple[Any, ...]:
     """What a measurement depends on, less the TF32 switch (a CUDA device's key ends with it)."""
     from .timing import environment
 
-    env = environment(dev)
+    env = environment(str(dev) if isinstance(dev, _np_ceil.Cpu) else dev)
     return (str(dev), env.device_name, env.cpu, env.threads, env.torch)
 
 
@@ -266,7 +278,8 @@ def machine_limits(device: Any = None, dtypes: Sequence[str] | None = None, size
     the current one), machine and torch version while this process lives: later calls measure only the dtypes and
     sizes not measured yet, and return everything known (ceilings only ever rise). On a GPU the fp32 matmuls are
     remembered per TF32 setting (:func:`gpulab.system.tf32_state`): turning TF32 on or off measures fp32 again,
-    and shares the other dtypes and the copy. ``refresh=True`` forgets and measures again.
+    and shares the other dtypes and the copy. ``refresh=True`` forgets and measures again. Without PyTorch the CPU's
+    ceilings come from numpy (``numpy.matmul`` in float32, a ``numpy.copyto``); a GPU needs PyTorch.
 
     Example:
         >>> import gpulab as gl
@@ -276,18 +289,19 @@ def machine_limits(device: Any = None, dtypes: Sequence[str] | None = None, size
         >>> gl.machine_limits("cpu", dtypes=["float32"], sizes=[256], copy_bytes=1 << 20) is lim   # remembered
         True
     """
-    import torch
-
     from .system import device as pick_device, system_info
 
-    dev = _normalised(pick_device() if device is None else device)
+    numpy_only = _np_ceil.without_torch(device)
+    dev = _normalised("cpu" if numpy_only else pick_device() if device is None else device)
     gpu = dev.type in ("cuda", "mps")
-    if dtypes is None:   # bf16 where the hardware has it (Ampere+, AMX, AVX512-BF16): measured, not assumed fast
+    if dtypes is None and numpy_only:
+        dtypes = ["float32"]
+    elif dtypes is None:   # bf16 where the hardware has it (Ampere+, AMX, AVX512-BF16): measured, not assumed fast
         info = system_info(frameworks=("torch",))
         bf16 = info.capabilities.bf16 or (dev.type == "cpu" and "avx512_bf16" in info.cpu_flags)
         dtypes = ["float32"] + (["bfloat16"] if bf16 else []) + (["float16"] if dev.type == "cuda" else [])
     for d in texts("dtypes", dtypes):
-        _torch_dtype(d, "dtypes")
+        _np_ceil.dtype_name(d, "dtypes") if numpy_only else _torch_dtype(d, "dtypes")
     if sizes is not None:
         for n in _sizes("sizes", sizes):
             whole("sizes", n)

@@ -79,7 +79,7 @@ def _cuda_choice(name: str, cc: tuple[int, int] | None) -> PrecisionChoice:
 
 
 def choose_precision(info: Any = None, *, gpu: str | None = None) -> PrecisionChoice:
-    """Pick the mixed precision type for the device lessons run on (or for ``gpu``, a GPU name such as
+    """Pick the mixed precision type for the device work runs on (or for ``gpu``, a GPU name such as
     ``"T4"`` or ``"NVIDIA A100-SXM4-40GB"``), with the matching Keras policy and the reason.
 
     Rules: a CUDA GPU with compute capability 8.0 or newer -> bf16; 7.x (T4, V100) -> fp16 with a

@@ -1,7 +1,7 @@
-"""Published figures the course cites, as data with provenance (figure, hardware, source, date).
+"""Published figures, as data with provenance (figure, hardware, source, date).
 
 Datasheet peaks are what vendors print; "achievable" figures are what careful measurements reach.
-Lessons show both beside the learner's own measurement.
+Tables and plots show them beside your own measurement.
 
 Example:
     >>> import gpulab as gl

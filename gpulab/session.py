@@ -31,6 +31,7 @@ class Session:
     kind: str
     banner: str
     notes: tuple[str, ...] = ()   # what setup changed, said once per process (e.g. TensorFlow's GPU memory)
+    hardware: str = ""            # the device in words: "Tesla T4 (15 GiB)", "AMD EPYC (2 threads)"
 
     @property
     def is_gpu(self) -> bool:
@@ -73,8 +74,8 @@ def _tf_memory_on_demand() -> str | None:
 def setup(seed: int | None = 0, quiet: bool = True) -> Session:
     """Pick the device, seed the random generators, quiet framework logs; return a :class:`Session`.
 
-    The banner says what mode the lesson runs in, e.g. ``"CPU mode: sizes reduced; GPU figures shown
-    from published sources"`` or ``"GPU mode: Tesla T4 (15 GiB)"``. On a CUDA machine TensorFlow is set to
+    The banner names the device work runs on, e.g. ``"cuda: Tesla T4 (15 GiB)"`` or ``"cpu: AMD EPYC (2 threads); no
+    CUDA or MPS GPU found"``. On a CUDA machine TensorFlow is set to
     allocate GPU memory on demand (before it starts; said once in ``notes``). When TensorFlow and Triton are
     both installed, Triton is loaded first, so importing TensorFlow later in the notebook cannot crash
     PyTorch's compiler (tensorflow/tensorflow#124205); without a CUDA GPU it is loaded in interpreter mode
@@ -122,16 +123,22 @@ def setup(seed: int | None = 0, quiet: bool = True) -> Session:
 
         p = torch.cuda.get_device_properties(dev)
         n = torch.cuda.device_count()
-        banner = f"GPU mode: {p.name} ({fmt_bytes(p.total_memory)})" + (f", {n} GPUs visible" if n > 1 else "")
+        hardware = f"{p.name} ({fmt_bytes(p.total_memory)})" + (f", {n} GPUs visible" if n > 1 else "")
+        banner = f"cuda: {hardware}"
     elif kind == "mps":
-        banner = "GPU mode: Apple GPU (MPS); CUDA-only parts are explained, not run"
+        hardware = "Apple GPU (MPS)"
+        banner = f"mps: {hardware}"
     else:
-        banner = "CPU mode: sizes reduced; GPU figures shown from published sources"
-    return Session(dev, kind, banner, tuple(notes))
+        from .system import _cpu_model_and_flags
+        from .timing import _threads
+
+        hardware = f"{_cpu_model_and_flags()[0]} ({_threads()} threads)"
+        banner = f"cpu: {hardware}; no CUDA or MPS GPU found"
+    return Session(dev, kind, banner, tuple(notes), hardware)
 
 
 def by_device(cpu: T, cuda: T, mps: T | None = None) -> T:
-    """Pick a value (a size, a batch, a step count) for the device lessons run on.
+    """Pick a value (a size, a batch, a step count) for the device work runs on.
 
     ``mps`` defaults to the CPU value: Apple GPUs are far smaller than data-centre GPUs. The values must be of
     one kind (numbers, or the same type), so a typo cannot give a notebook a text where a size belongs.

@@ -63,7 +63,7 @@ def device_kind() -> DeviceKind:
 
 
 def device(prefer: str | None = None) -> "torch.device":
-    """The torch device lessons run on: CUDA > MPS > CPU, honouring ``CUDA_VISIBLE_DEVICES``.
+    """The torch device work runs on: CUDA > MPS > CPU, honouring ``CUDA_VISIBLE_DEVICES``.
 
     ``prefer="cpu"`` (or ``"cuda:1"``) forces a choice; asking for a device that is not there
     raises ``ValueError`` saying what is available.

@@ -1,5 +1,5 @@
 """Comparison tables: variants side by side with speedup, memory, share of the machine's limit,
-and the published figure beside the learner's own.
+and the published figure beside your own.
 
 Example:
     >>> import gpulab as gl

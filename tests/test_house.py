@@ -54,6 +54,8 @@ GRAPH = {_module_name(p): _imports(p) for p in sorted(PKG.rglob("*.py"))}
 
 def test_the_face_is_small_and_every_name_is_documented_with_an_example():
     assert len(gpulab.__all__) <= 40, f"{len(gpulab.__all__)} top-level names: the toolkit's face is at most 40"
+    grouped = [n for _, names in gpulab.GROUPS for n in names]
+    assert sorted(grouped) == sorted(set(gpulab.__all__) - {"__version__"}), "every name of the face in one group"
     missing = []
     for name in gpulab.__all__:
         obj = getattr(gpulab, name)

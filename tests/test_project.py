@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+import gpulab as gl
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 import course  # noqa: E402
@@ -36,7 +38,7 @@ def test_notebook_follows_the_template(path):
     code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
     for heading in ("Learning goals", "Predict", "What happened", "Exercise", "Takeaways"):
         assert heading in md, f"{path.name} lacks a '{heading}' section"
-    assert "gl.setup()" in code and "course.check(" in code
+    assert ("course.setup()" in code or "gl.setup()" in code) and "course.check(" in code
     imports = re.findall(r"^\s*(?:from|import)\s+([\w.]+)", code, re.M)
     assert not [m for m in imports if m.startswith("gpulab.")], "notebooks use gpulab's public face only"
 
@@ -95,6 +97,13 @@ def test_docs_build_every_public_module(tmp_path):
     assert docs["main"](str(tmp_path)) == 0
     page = (tmp_path / "gpulab.html").read_text()
     assert "gpulab in your own notebook" in page and "find_max_batch_size" in page
+    assert "&gt;&gt;&gt;" not in page.split("<main")[1].split("gpulab in your own notebook")[0]   # no doctest shown
+    for title, names in gl.GROUPS:                     # the sidebar by topic
+        assert f'<h2 class="group">{title}</h2>' in page
+    landing = (tmp_path / "index.html").read_text()
+    assert "pip install" in landing and "data:image/png;base64," in landing and "% of peak FLOP/s" in landing
+    toolkit, course_part = landing.split('id="course"')
+    assert "gpulab/course/batching.html" in course_part and "gpulab/course/" not in toolkit
     assert (tmp_path / "gpulab" / "telemetry" / "nvml.html").exists()
     assert re.search(r"^docs:", (ROOT / "Makefile").read_text(), re.M) and "make docs" in (ROOT / ".ci" / "run").read_text()
 

@@ -1,5 +1,6 @@
 """Without PyTorch: `import gpulab` works, the calls that need no torch run, and every call that needs it fails with
 one ImportError naming the ``pip install`` that adds it (the ``gpulab[torch]`` extra) (never a raw ModuleNotFoundError from deep inside).
+The CPU's ceilings come from numpy there, so ``gl.compare(..., peak_flops=gl.machine_limits().peak_flops())`` works.
 
 The interpreter runs without site-packages (``python -S``) on a folder of links to every installed package except
 torch, torchvision, Triton and their helpers, so ``import torch`` and ``importlib.util.find_spec("torch")`` behave
@@ -44,9 +45,13 @@ PROBE = textwrap.dedent('''
         "device_query": lambda: gl.device_query(),
         "setup": lambda: gl.setup(),
         "torchrun_command": lambda: gl.torchrun_command("train.py", check_script=False),
+        # the CPU's ceilings from numpy, and the README's comparison against them
+        "machine_limits": lambda: gl.machine_limits(sizes=[128], copy_bytes=1 << 22, min_run_time=0.02),
+        "compare_peak": lambda: gl.compare([m], peak_flops=gl.machine_limits(sizes=[128], copy_bytes=1 << 22,
+                                                                           min_run_time=0.02).peak_flops()),
+        "limits.measure_matmul": lambda: gl.limits.measure_matmul(64, min_run_time=0.02),
         # torch needed
         "device": lambda: gl.device(),
-        "machine_limits": lambda: gl.machine_limits(),
         "count_flops": lambda: gl.count_flops(lambda: None),
         "profile": lambda: gl.profile(lambda: None, steps=1),
         "phase": lambda: gl.phase("x").__enter__(),
@@ -57,7 +62,8 @@ PROBE = textwrap.dedent('''
         "find_max_batch_size": lambda: gl.find_max_batch_size(lambda n: None, budget=1 << 20),
         "explain_oom": lambda: gl.explain_oom("CUDA out of memory. Tried to allocate 2.00 GiB"),
         "free_memory": lambda: gl.free_memory(),
-        "limits.measure_matmul": lambda: gl.limits.measure_matmul(64),
+        "machine_limits_gpu": lambda: gl.machine_limits("cuda"),
+        "machine_limits_bf16": lambda: gl.machine_limits(dtypes=["bfloat16"]),
         "transfer.measure_transfer": lambda: gl.transfer.measure_transfer(1 << 16),
         "transfer.find_host_syncs": lambda: gl.transfer.find_host_syncs(lambda: None),
         "memory.memory_growth": lambda: gl.memory.memory_growth(lambda: None),
@@ -75,6 +81,8 @@ PROBE = textwrap.dedent('''
             out[name] = f"raw ModuleNotFoundError: {e}"
         except ImportError as e:
             out[name] = "hint" if "pip install torch torchvision (the 'gpulab[torch]' extra)" in str(e) else f"ImportError without the hint: {e}"
+        except ValueError as e:      # a device or dtype only torch has: one line saying to install it
+            out[name] = "hint" if "pip install" in str(e) and "torch" in str(e) else f"ValueError: {str(e)[:200]}"
         except Exception as e:
             out[name] = f"{type(e).__name__}: {str(e)[:200]}"
     print(json.dumps(out))
@@ -108,6 +116,6 @@ def test_without_torch_every_call_works_or_says_how_to_install_it(tmp_path):
     print(json.dumps(out, indent=1))
     no_torch = ["benchmark", "benchmark_interleaved", "timer", "compare", "published", "gpu_spec", "fit_amdahl",
                 "attainable_flops", "choose_precision", "measure_loader", "Monitor", "system_info", "doctor",
-                "device_query", "setup", "torchrun_command"]
+                "device_query", "setup", "torchrun_command", "machine_limits", "compare_peak", "limits.measure_matmul"]
     assert {k: v for k, v in out.items() if k in no_torch and v != "ok"} == {}
     assert {k: v for k, v in out.items() if k not in no_torch and v != "hint"} == {}

@@ -1,4 +1,4 @@
-"""Published figures the course cites, as data: one module per topic, each a ``FIGURES`` tuple of
+"""Published figures, as data: one module per topic, each a ``FIGURES`` tuple of
 :class:`~gpulab.figures.published.Published`. :mod:`gpulab.reference` gathers them by key."""
 from __future__ import annotations
 

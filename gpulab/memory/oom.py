@@ -31,6 +31,7 @@ from typing import Any, Callable, Mapping
 
 from .._check import checked
 from .._format import fmt_bytes, html_table, text_table
+from .._links import see
 from .oom_message import OPTIMIZER_STATES_PER_PARAMETER, OOMMessage, parse_oom_message
 
 __all__ = ['Fix', 'OOMReport', 'explain_oom']
@@ -411,20 +412,21 @@ def _ladder(*, needed: int | None, usable: int | None, P: int, G: int, G_now: in
             f"; {k} micro-batches of {batch_size // k}" if k and batch_size else "")
     out.append((3, Fix("smaller batch + gradient accumulation", bool(act and batch_size and batch_size > 1), save_k,
                        closes(save_k), acc_why,
-                       f"course.TrainConfig(accumulation_steps={k or 4}): same gradients, activations / k (lesson 05)",
+                       f"{k or 4} micro-batches per optimizer step, loss / {k or 4} each: same gradients, activations "
+                       f"/ {k or 4} ({see('accumulation')})",
                        "more, smaller steps: slower on a GPU that small batches leave idle")))
     # 2. mixed precision: 16-bit activations
     save_mp = None if autocast or not act else act // 2
     out.append((2, Fix("mixed precision (bf16/fp16 autocast)", bool(act) and not autocast, save_mp, closes(save_mp),
                        "already on" if autocast else "activations stored in 16 bits take half the memory",
-                       "course.TrainConfig(precision='bf16' or 'fp16') or torch.autocast (lesson 04)",
+                       f"torch.autocast(device_type, dtype=torch.bfloat16 or torch.float16) ({see('amp')})",
                        "usually faster on tensor cores; weights and optimizer state stay fp32")))
     # 3. gradient checkpointing: keep ~2/sqrt(L) of the activations
     save_ck = int(act * max(0.0, 1 - 2 / math.sqrt(layers))) if act and layers >= 4 else None
     out.append((4, Fix("gradient checkpointing", bool(save_ck), save_ck, closes(save_ck),
                        f"{layers} layers: keep segment inputs only, recompute the rest in backward"
                        if layers >= 4 else "too few layers to gain much",
-                       "course.checkpointed(model, segments) or torch.utils.checkpoint (lesson 05)",
+                       f"torch.utils.checkpoint.checkpoint_sequential(model, segments, x) ({see('checkpoint')})",
                        "about one extra forward pass (+20-30% step time)")))
     # 4. set_to_none
     out.append((0, Fix("zero_grad(set_to_none=True)", G_now > 0, G_now or None, closes(G_now or None),
@@ -488,7 +490,7 @@ def _ladder(*, needed: int | None, usable: int | None, P: int, G: int, G_now: in
         fs_why = "activations alone exceed the card: shard them too (tensor/sequence parallelism)"
     out.append((6, Fix("more GPUs: shard with FSDP", fsdp, save_fs if fsdp else None, closes(save_fs) if fsdp else None,
                        fs_why,
-                       "torch.distributed.fsdp.fully_shard (lesson 07)", "hardware and communication")))
+                       f"torch.distributed.fsdp.fully_shard ({see('fsdp')})", "hardware and communication")))
 
     ranked = sorted(out, key=lambda cf: (not cf[1].applies, not cf[1].resolves, cf[0] if cf[1].resolves else 0,
                                          -(cf[1].saves_bytes or 0)))

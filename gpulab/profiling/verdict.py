@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._format import fmt_rate, fmt_seconds
+from .._links import see
 from .attribution import op_class
 from .events import MANY_OPS_PER_STEP, TINY_KERNEL_S, TINY_OP_S
 from .steproof import StepRoofline, step_roofline, thread_gain
@@ -109,7 +110,7 @@ def _overhead_cause(s: Any, roof: StepRoofline | None) -> tuple[str, str]:
 
 _FIX = {
     "overhead-bound": "larger batches (more work per operator), vectorise Python loops over items into tensor "
-                      "operations, then torch.compile or CUDA graphs to cut the per-operator cost (lesson 10)",
+                      f"operations, then torch.compile or CUDA graphs to cut the per-operator cost ({see('compile')})",
     "sync-bound": "keep losses and metrics on the device and read them every N steps (one .item() per log line, "
                   "not per step); no printing of tensors inside the loop",
     "memory-bound": "fewer bytes per FLOP: fuse elementwise operators (torch.compile), 16-bit activations, "
@@ -258,7 +259,7 @@ def _memory_cause(s: Any) -> tuple[str, str]:
     if top == "elementwise":
         return (f"; {n:.0f} elementwise operator calls take {share:.0%} of the step, each a pass over memory "
                 f"({gain})", "torch.compile fuses a chain of elementwise operators into one pass over memory "
-                "(lesson 10); 16-bit activations halve the bytes; channels_last for convolutions")
+                f"({see('compile')}); 16-bit activations halve the bytes; channels_last for convolutions")
     return (f"; reductions and norms take {share:.0%} of the step ({gain})",
             "torch.compile fuses a norm with the elementwise work around it; 16-bit activations halve the bytes")
 
@@ -292,7 +293,8 @@ def diagnose_profile(summary: Any) -> Any:
     if data >= DATA_SHARE:
         f.append(Finding("warning", "input-bound", f"{data:.0%} of step time in data loading", detail,
                          "prepare data off the critical path: batched/vectorised transforms, DataLoader workers "
-                         "with prefetching, cached decoded data, or decoding on the GPU (DALI, lesson 06)"))
+                         f"with prefetching ({see('data-loading')}), cached decoded data, or decoding on the GPU "
+                         f"(NVIDIA DALI: {see('dali')})"))
         verdict = "input-bound"
     roof = step_roofline(s.work, s.limits, s.step_s)
     gpu = bool(s.device.kernels)
@@ -321,12 +323,12 @@ def diagnose_profile(summary: Any) -> Any:
                    f"{roof.compute_share:.0%} of the {roof.dtype} ceiling")
             adv = _FIX["compute-bound"] if not slow_ops else (
                 "the kernels run slower than the matmul benchmark: shapes (multiples of 8/64), memory layout "
-                "(channels_last), threads; then mixed precision (lesson 04)")
+                f"(channels_last), threads; then mixed precision ({see('amp')})")
             if code == "precision-bound":
                 c = roof.ideal_compute_s / (roof.ideal_compute_s + roof.ideal_memory_s)
                 gain = 1 / ((1 - c) + c / ratio)
                 msg += f"; this machine's measured {half} ceiling is {ratio:.1f}x its float32 one"
-                adv = (f"mixed precision ({half} autocast, lesson 04): the matmuls' share of the work ({c:.0%}) at "
+                adv = (f"mixed precision ({half} autocast; {see('amp')}): the matmuls' share of the work ({c:.0%}) at "
                        f"the {ratio:.1f}x ceiling gives up to ~{gain:.1f}x on this step")
             f.append(Finding("ok" if code == "compute-bound" else "warning", code, msg, roof.evidence, adv))
         elif near:
@@ -382,7 +384,7 @@ def diagnose_profile(summary: Any) -> Any:
                              f"ceiling is {ratio:.1f}x the float32 one",
                              f"{fmt_rate(s.limits.peak_flops(half), 'FLOP/s')} vs "
                              f"{fmt_rate(roof.flops_ceiling, 'FLOP/s')}",
-                             "once the overheads above are gone, mixed precision (lesson 04)"))
+                             f"once the overheads above are gone, mixed precision ({see('amp')})"))
     else:
         verdict = _thresholds(s, f, verdict)
     for extra in (_optimizer_note(s) if verdict != "optimizer-bound" else None, _casts_finding(s), _shared_cpu(s)):

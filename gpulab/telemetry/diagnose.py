@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .._format import html_table
+from .._links import see
 from .._spans import covered
 
 __all__ = ["HEALTHY_UTIL_PCT", "HIGH_CPU_PCT", "LOW_CPU_PCT", "MIN_SAMPLES", "FAILED_SHARE", "Finding", "Verdict",
@@ -293,8 +294,8 @@ def diagnose(trace: Any) -> Verdict:
             verdict = verdict or "host-idle"
         else:
             findings.append(Finding("info", "host-partly-busy", f"the host CPU is partly busy ({cpu:.0f}% of all "
-                                    "cores)", cpu_ev, "part of the run is serial or waiting (Amdahl's law, lesson "
-                                    "00); host metrics cannot say which part: gl.profile(step).attribution shows "
+                                    "cores)", cpu_ev, f"part of the run is serial or waiting (Amdahl's law: "
+                                    f"{see('amdahl')}); host metrics cannot say which part: gl.profile(step).attribution shows "
                                     "where the step's time goes and gl.profile(step).verdict names the cause"))
             verdict = verdict or "host-partly-busy"
         findings.append(Finding("info", "no-gpu-telemetry", "GPU verdicts need NVML", note))
