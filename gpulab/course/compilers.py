@@ -22,6 +22,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from .optional import PartAnswer
+
 __all__ = ["MAX_AUTOTUNE_MIN_SMS", "AutotuneScope", "max_autotune_scope", "CompiledTraining", "compiled_training",
            "TorchFeature", "torch_feature"]
 
@@ -252,7 +254,7 @@ def compiled_training(model: Any, make_optimizer: Any, x: Any, y: Any, *, loss_f
 
 # --------------------------------------------------------------------------------------------- a newer PyTorch's call
 @dataclass(frozen=True, repr=False)
-class TorchFeature:
+class TorchFeature(PartAnswer):
     """Whether this PyTorch has ``name`` (added in ``since``): true in an ``if``; its one line says the ``part``
     runs, or is skipped and which PyTorch it needs."""
 
@@ -262,22 +264,12 @@ class TorchFeature:
     version: str
     available: bool
 
-    def __bool__(self) -> bool:
-        return self.available
-
     @property
-    def line(self) -> str:
+    def line(self) -> str:  # type: ignore[override]
         if self.available:
             return f"PyTorch {self.version} has {self.name}: {self.part} runs."
         return (f"Skipping {self.part}: {self.name} came with PyTorch {self.since}, and this is PyTorch {self.version} "
                 f"(pip install -U 'torch>={self.since}' adds it).")
-
-    def __repr__(self) -> str:
-        return self.line
-
-    def _repr_html_(self) -> str:
-        colour = "#1e8e3e" if self.available else "#e8710a"
-        return f'<div style="border-left:4px solid {colour};padding:2px 8px">{html.escape(self.line)}</div>'
 
 
 def torch_feature(name: str, since: str, part: str) -> TorchFeature:

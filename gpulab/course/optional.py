@@ -27,7 +27,7 @@ from typing import Literal
 
 from .._check import install_hint
 
-__all__ = ["OptionalPart", "needs", "OPTIONAL_PACKAGES"]
+__all__ = ["PartAnswer", "OptionalPart", "needs", "OPTIONAL_PACKAGES"]
 
 # what each optional package of the lessons is called, and the modules it must provide
 OPTIONAL_PACKAGES: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -39,8 +39,27 @@ OPTIONAL_PACKAGES: dict[str, tuple[str, tuple[str, ...]]] = {
 Package = Literal["tensorflow", "dali", "mlflow", "onnx"]
 
 
+class PartAnswer:
+    """Whether a lesson's part can run here, true in an ``if``, shown as one line (``line``: it runs, or why it is
+    skipped and what adds it): the answer of :func:`needs` (an optional package) and of
+    :func:`gpulab.course.torch_feature` (a newer PyTorch's call)."""
+
+    available: bool
+    line: str
+
+    def __bool__(self) -> bool:
+        return self.available
+
+    def __repr__(self) -> str:
+        return self.line
+
+    def _repr_html_(self) -> str:
+        colour = "#1e8e3e" if self.available else "#e8710a"
+        return f'<div style="border-left:4px solid {colour};padding:2px 8px">{html.escape(self.line)}</div>'
+
+
 @dataclass(frozen=True, repr=False)
-class OptionalPart:
+class OptionalPart(PartAnswer):
     """Whether a lesson's ``part`` can run: true when every module of ``package`` is installed (use it in
     ``if``); its one-line text says it runs, or that it is skipped and the ``pip install`` that adds it."""
 
@@ -50,26 +69,16 @@ class OptionalPart:
     install: str
 
     @property
-    def available(self) -> bool:
+    def available(self) -> bool:  # type: ignore[override]
         return not self.missing
 
-    def __bool__(self) -> bool:
-        return self.available
-
     @property
-    def line(self) -> str:
+    def line(self) -> str:  # type: ignore[override]
         name = OPTIONAL_PACKAGES[self.package][0]
         if self.available:
             return f"{name} is installed: {self.part} runs."
         return (f"Skipping {self.part}: {name} is not installed ({', '.join(self.missing)} not found); "
                 f"to run it: {self.install}, then restart the kernel.")
-
-    def __repr__(self) -> str:
-        return self.line
-
-    def _repr_html_(self) -> str:
-        colour = "#1e8e3e" if self.available else "#e8710a"
-        return f'<div style="border-left:4px solid {colour};padding:2px 8px">{html.escape(self.line)}</div>'
 
 
 def _installed(module: str) -> bool:
