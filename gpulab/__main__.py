@@ -31,6 +31,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     mon.add_argument("--interval", type=float, default=1.0, help="seconds between samples (default 1)")
     mon.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
     mon.add_argument("--csv", default=None, help="write every sample to this CSV file at the end")
+    mon.add_argument("--processes", type=int, default=3, metavar="N",
+                     help="name the N processes that matter on each line: the busiest on the host's CPUs, those "
+                          "holding each GPU's memory (default 3; 0: none)")
     dq = sub.add_parser("devicequery", help="the GPU's execution model (SMs, threads, shared memory, L2, clocks, "
                                             "bus) beside published GPUs, like CUDA's deviceQuery")
     dq.add_argument("--device", default=None, help="cuda, cuda:1 or cpu (default: the current CUDA device, if any)")
@@ -56,7 +59,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("version", help="print gpulab's version")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    try:
+        return _command(parser, args)
+    except ImportError as e:
+        if (e.name or "").split(".")[0] == "gpulab":
+            raise                                              # gpulab's own module: a bug to see in full
+        print(f"gpulab {args.command}: {_missing(e)}", file=sys.stderr, flush=True)
+        return 2
+    except KeyboardInterrupt:
+        print(f"gpulab {args.command}: interrupted", file=sys.stderr, flush=True)
+        return 130
 
+
+def _missing(e: ImportError) -> str:
+    """An optional package's ImportError as one line, with the ``pip install`` that adds it where gpulab knows it."""
+    from ._check import install_hint
+
+    text = " ".join(str(e).split())
+    hint = install_hint(e.name) if isinstance(e, ModuleNotFoundError) else None
+    return f"{e.name} is not installed: {hint}" if hint else text
+
+
+def _command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """Run the command ``args`` names; its exit code."""
     if args.command == "version":
         print(__version__)
         return 0
@@ -73,14 +98,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "check":
         return _check(parser, args)
     if args.command == "monitor":
-        return _monitor(args.interval, args.duration, args.csv)
+        from .telemetry import Monitor
+
+        try:
+            Monitor(interval=args.interval)                    # checks the interval; starts nothing
+        except ValueError as e:
+            parser.error(f"--interval: {e}")
+        if args.processes < 0:
+            parser.error(f"--processes must be 0 or more, got {args.processes}")
+        return _monitor(args.interval, args.duration, args.csv, args.processes)
     if args.command == "runs":
         from .tracking import ui_commands
 
+        problem = _runs_missing()
         try:
             commands = ui_commands(args.root, mlflow_port=args.mlflow_port, tensorboard_port=args.tensorboard_port)
         except (ValueError, TypeError) as e:
             parser.error(str(e))
+        problem = problem or _port_taken(("MLflow", "--mlflow-port", args.mlflow_port),
+                                         ("TensorBoard", "--tensorboard-port", args.tensorboard_port))
+        if problem:
+            print(f"gpulab runs: {problem}", file=sys.stderr, flush=True)
+            return 2
         return _serve_uis(commands)
     if args.command == "devicequery":
         from .devicequery import device_query
@@ -94,7 +133,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "limits":
         from .limits import machine_limits
 
-        print(repr(machine_limits(args.device)))
+        try:
+            report = machine_limits(args.device)
+        except (ValueError, TypeError) as e:                  # a device this machine cannot use
+            parser.error(str(e))
+        print(repr(report))
         return 0
     return 2  # pragma: no cover
 
@@ -112,43 +155,68 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     except (ValueError, TypeError) as e:
         parser.error(str(e))
     print(json.dumps(report.to_dict(), indent=2, default=str) if args.json else repr(report))
+    undone = [f"{o.name}: {o.detail}" for o in report.tests + report.notebooks if o.status == "not run"]
+    undone += [n for n in report.notes if n.startswith("notebooks not run")]
+    if undone:
+        print(f"gpulab check: {'FAILED' if not report.ok else 'incomplete'}: {undone[0]}"
+              + (f" (and {len(undone) - 1} more not run)" if len(undone) > 1 else ""), file=sys.stderr, flush=True)
+        return 1
+    if not report.ok:
+        failed = next(o for o in report.tests + report.notebooks if not o.ok)
+        print(f"gpulab check: FAILED: {failed.name} {failed.status}"
+              + (f": {' '.join(failed.detail.split())[:200]}" if failed.detail else ""), file=sys.stderr, flush=True)
     return 0 if report.ok else 1
 
 
-def _monitor(interval: float, duration: float | None, csv: str | None) -> int:
-    """A terminal view like ``nvidia-smi dmon``: one line per device and sample. ``csv`` is checked before
-    sampling starts (exit code 2 when it cannot be written); if writing it still fails at the end, the
-    samples go to a file in the temp folder instead, named on screen (exit code 1)."""
+def _monitor(interval: float, duration: float | None, csv: str | None, processes: int = 3) -> int:
+    """A terminal view like ``nvidia-smi dmon`` (:class:`gpulab.telemetry.dmon.Dmon`): a header with units, one
+    line per device per interval, the processes that matter. ``csv`` is checked before sampling starts (exit code
+    2 when it cannot be written); if writing it still fails at the end, the samples go to a file in the temp
+    folder instead, named on screen (exit code 1)."""
     from .telemetry import Monitor
+    from .telemetry.dmon import Dmon, gpu_handles
 
     problem = None if csv is None else _csv_problem(csv)
     if problem:
         print(f"gpulab monitor: --csv {csv}: {problem}", file=sys.stderr, flush=True)
         return 2
+    quiet = logging.getLogger("gpulab")                    # its warnings are in the trace's notes, printed once
+    level, ready, gone = quiet.level, threading.Event(), threading.Event()
+    quiet.setLevel(logging.ERROR)
 
-    def line(rows: list[dict]) -> None:
-        for r in rows:
-            if r["device"] == "host":
-                text = f"cpu {r['cpu_util_pct']:5.1f}%  proc {r['process_cpu_pct']:5.1f}%  rss {r['rss_bytes'] / 2**20:8.1f} MiB"
-            else:
-                cell = lambda k, f: "    -" if r.get(k) is None else format(r[k], f)
-                mem = "    -" if r.get("mem_used_bytes") is None else f"{r['mem_used_bytes'] / 2**30:5.1f}"
-                text = (f"util {cell('gpu_util_pct', '5.1f')}%  mem {mem} GiB  power {cell('power_w', '6.1f')} W  "
-                        f"temp {cell('temp_c', '4.0f')} C  sm {cell('sm_clock_mhz', '5.0f')} MHz"
-                        + ("  THROTTLED" if r.get("throttled") else ""))
-            print(f"{r['t_s']:8.1f}s  {r['device']:<5} {text}", flush=True)
+    def show(rows: list[dict]) -> None:
+        ready.wait(5)
+        try:
+            for text in view.lines(rows):
+                print(text, flush=True)
+        except BrokenPipeError:                            # the reader went away (`| head`): stop as it does
+            gone.set()
 
-    mon = Monitor(interval=interval, on_sample=line)
-    print(f"gpulab monitor: every {interval:g} s; Ctrl-C to stop", flush=True)
-    mon.start()
     try:
-        end = None if duration is None else time.monotonic() + duration
-        while end is None or time.monotonic() < end:
-            time.sleep(0.05)
-    except KeyboardInterrupt:
-        pass
+        import psutil
+
+        view = Dmon(processes=processes, gpu_handles=gpu_handles(), interval=interval)
+        mon = Monitor(interval=interval, on_sample=show)
+        mon.start()
+        shown = set(mon.notes)
+        print(f"gpulab monitor: every {interval:g} s; Ctrl-C to stop", flush=True)
+        for n in mon.notes:
+            print("note:", n)
+        print(view.legend(psutil.cpu_count(logical=True)), flush=True)
+        ready.set()
+        try:
+            end = None if duration is None else time.monotonic() + duration
+            while (end is None or time.monotonic() < end) and not gone.is_set():
+                time.sleep(0.05)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            trace = mon.stop()
     finally:
-        trace = mon.stop()
+        quiet.setLevel(level)
+    if gone.is_set():
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # nothing more to say to a closed pipe
+        return 0
     code = 0
     if csv:
         try:
@@ -162,7 +230,10 @@ def _monitor(interval: float, duration: float | None, csv: str | None) -> int:
             print(f"could not write {csv} ({e.strerror or e}); saved the {len(trace.frame)} rows to {fallback}")
             code = 1
     for n in trace.notes:
-        print("note:", n)
+        if n not in shown:
+            print("note:", n)
+    if trace.failed_samples:
+        print(f"note: {trace.failed_samples} readings failed (the first: {trace.first_error})")
     return code
 
 
@@ -192,6 +263,7 @@ def _serve_uis(commands: Any) -> int:
     SIGTERM or SIGHUP, or until one of them exits; then stop both. Each child leads its own process group, so
     its helpers (uvicorn and its workers) stop with it: terminate, wait up to 10 s, then kill. Each runs under
     the launcher's lifeline, so both stop even when this process is killed outright (SIGKILL)."""
+    import collections
     import signal
     import subprocess
 
@@ -206,25 +278,83 @@ def _serve_uis(commands: Any) -> int:
     signals = [s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None]
     saved = {s: signal.signal(s, lambda signum, frame: stop.set()) for s in signals}
     children: list[tuple[str, Any]] = []
+    tails: dict[str, Any] = {}
+    readers: dict[str, threading.Thread] = {}
     code = 0
     try:
         for name, argv in (("MLflow", commands.mlflow_argv), ("TensorBoard", commands.tensorboard_argv)):
-            children.append((name, subprocess.Popen(lifeline(list(argv)), env=envs[name],
-                                                    stdin=subprocess.DEVNULL,
-                                                    start_new_session=hasattr(os, "killpg"))))
+            child = subprocess.Popen(lifeline(list(argv)), env=envs[name], stdin=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, start_new_session=hasattr(os, "killpg"))
+            children.append((name, child))
+            tails[name] = collections.deque(maxlen=20)
+            readers[name] = threading.Thread(target=_tee, args=(child.stderr, tails[name]), daemon=True,
+                                             name=f"gpulab-runs-{name}")
+            readers[name].start()
         print(f"MLflow UI:   {commands.mlflow_url}\nTensorBoard: {commands.tensorboard_url}\n"
               f"runs in {commands.root}; both start in a few seconds. Ctrl-C stops both.", flush=True)
         while not stop.is_set() and all(p.poll() is None for _, p in children):
             stop.wait(0.2)
         exited = [(n, p.returncode) for n, p in children if p.poll() is not None]
         if exited and not stop.is_set():
-            print(f"{exited[0][0]} exited with code {exited[0][1]} (is its port taken?): stopping", flush=True)
+            name, rc = exited[0]
+            readers[name].join(2.0)                            # what it printed last, read to the end
+            said = [line.strip() for line in tails[name] if line.strip()]
+            other = next(n for n, _ in children if n != name)
+            print(f"gpulab runs: {name} exited with code {rc}"
+                  + (f"; its last words: {said[-1]}" if said else ", printing nothing on stderr")
+                  + f"; stopping {other} too", file=sys.stderr, flush=True)
             code = 1
     finally:
         _stop_children([p for _, p in children])
         for s, handler in saved.items():
             signal.signal(s, handler)
+        for name, p in children:
+            readers[name].join(2.0)
+            if not readers[name].is_alive():
+                p.stderr.close()
     return code
+
+
+def _runs_missing() -> str | None:
+    """Which of MLflow and TensorBoard cannot be imported here, and how to install them; None when both can."""
+    import importlib.util
+
+    from ._check import install_hint
+
+    missing = [m for m in ("mlflow", "tensorboard") if importlib.util.find_spec(m) is None]
+    if not missing:
+        return None
+    return f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed: {install_hint('mlflow')}"
+
+
+def _port_taken(*uis: tuple[str, str, int]) -> str | None:
+    """Why a UI could not listen on its port of 127.0.0.1 (another program holds it), or None when all are free."""
+    import socket
+
+    from .tracking.ui import HOST
+
+    for name, flag, port in uis:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            if os.name != "nt":                      # as the servers do: TIME_WAIT is no obstacle (on Windows the
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # option would share a port in use)
+            try:
+                s.bind((HOST, port))
+            except OSError as e:
+                return (f"port {port} of {HOST}, {name}'s, is taken ({e.strerror or e}): stop the program that "
+                        f"holds it (another `gpulab runs`?) or choose another port with {flag}")
+    return None
+
+
+def _tee(stream: Any, tail: Any) -> None:
+    """Copy a child's stderr to ours line by line, keeping its last lines in ``tail`` (a deque)."""
+    for raw in iter(stream.readline, b""):
+        line = raw.decode(errors="replace")
+        tail.append(line.rstrip())
+        try:
+            sys.stderr.write(line)
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
 
 
 def _stop_children(children: list[Any]) -> None:

@@ -127,7 +127,7 @@ def _cpu_by_phase(trace: Any, host: Any) -> str:
         return ""
     parts: dict[str, list[float]] = {}
     for name, start, end in _spans(trace):
-        sel = host.loc[start:end, "cpu_util_pct"]
+        sel = host.loc[start:end, "cpu_util_pct"].dropna()   # a first reading has no CPU window yet
         if len(sel):
             parts.setdefault(name, []).append(float(sel.mean()))
     return "CPU by phase: " + ", ".join(f"{k} {sum(v) / len(v):.0f}%" for k, v in parts.items()) if parts else ""

@@ -180,6 +180,13 @@ class Monitor:
 
     # ---- the recorded trace ------------------------------------------------------------------
     @property
+    def notes(self) -> tuple[str, ...]:
+        """What the Monitor noted so far (NVML missing, MIG slices, GPU order, errors): ``trace.notes`` without
+        building the trace."""
+        with self._lock:
+            return tuple(self._notes)
+
+    @property
     def trace(self) -> Trace:
         """The samples so far (or of the finished run) as a :class:`Trace`."""
         import pandas as pd
@@ -229,6 +236,8 @@ class Monitor:
         from .host import torch_memory
 
         cpu0 = time.thread_time()
+        with contextlib.suppress(Exception):
+            host.prime()       # the CPU window starts with the sampling: the first row has no CPU % (no window yet)
         next_t = time.monotonic()
         failures = 0
         try:
