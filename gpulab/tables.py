@@ -167,7 +167,7 @@ class Comparison(TableView):
             notes.append("peak = this machine's measured limit: " + ", ".join(peaks))
             notes += list(self.ceiling_notes)
         if any(m.noisy for m in ms):
-            notes.append("* noisy: IQR above 10% of the median - re-run before trusting small differences")
+            notes.append("* noisy: IQR 10% or more of the median - re-run before trusting small differences")
         return header, rows, "; ".join(notes)
 
     def plot(self, metric: str = "speedup", ax: Any = None) -> Any:

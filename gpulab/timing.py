@@ -22,7 +22,7 @@ import statistics
 import time
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any, Callable, Iterator
 
 from ._check import checked, device_arg, positive
@@ -31,7 +31,9 @@ from ._format import fmt_bytes, fmt_flops, fmt_number, fmt_rate, fmt_seconds, ht
 __all__ = ["Env", "environment", "Measurement", "NoisyMeasurementWarning", "benchmark", "synchronize",
            "timer", "Stopwatch", "repeat_for"]
 
-NOISE_THRESHOLD = 0.10  # IQR / median above this flags a measurement as noisy
+# One noise rule for every backend, torch.utils.benchmark's (Measurement.has_warnings: IQR / median not below 0.1),
+# judged from 4 runs on (from 4 runs its Measurement's repr shows the IQR).
+NOISE_THRESHOLD, MIN_RUNS_FOR_NOISE = 0.10, 4
 
 
 class NoisyMeasurementWarning(UserWarning):
@@ -148,7 +150,8 @@ class Measurement:
 
     ``times_s`` holds one value per timed block (each block averages ``number_per_run`` calls).
     ``items``, ``flops`` and ``bytes_moved`` describe one call, so throughput follows from the
-    median: ``items_per_s``, ``flops_per_s`` (achieved FLOP/s) and ``bytes_per_s`` (bandwidth).
+    median: ``items_per_s``, ``flops_per_s`` (achieved FLOP/s) and ``bytes_per_s`` (bandwidth). Given torch's
+    Timer result (``torch_measurement``, init-only), its median, IQR, mean and noise flag are used.
     """
 
     label: str
@@ -171,15 +174,21 @@ class Measurement:
     min_s: float = field(init=False)
     runs: int = field(init=False)
 
-    def __post_init__(self) -> None:
+    torch_measurement: InitVar[Any] = None  # torch.utils.benchmark's Measurement of these times, if any
+
+    def __post_init__(self, torch_measurement: Any) -> None:
         if not self.times_s:
             raise ValueError("a Measurement needs at least one timed run")
         if any((not math.isfinite(t)) or t < 0 for t in self.times_s):
             raise ValueError(f"times must be finite and non-negative, got {self.times_s[:5]}")
         ts = sorted(self.times_s)
-        q = statistics.quantiles(ts, n=4, method="inclusive") if len(ts) > 1 else [ts[0]] * 3
-        for name, value in (("median_s", statistics.median(ts)), ("iqr_s", q[2] - q[0]),
-                            ("mean_s", statistics.fmean(ts)), ("min_s", ts[0]), ("runs", len(ts))):
+        stats = _torch_stats(torch_measurement, len(ts)) if torch_measurement is not None else None
+        if stats is None:   # no torch Measurement (perf_counter loop, CUDA events, Triton, by hand): same rule here
+            q = statistics.quantiles(ts, n=4, method="inclusive") if len(ts) > 1 else [ts[0]] * 3
+            median, iqr = statistics.median(ts), q[2] - q[0]
+            stats = (median, iqr, statistics.fmean(ts), median > 0 and iqr / median >= NOISE_THRESHOLD)
+        for name, value in (("median_s", stats[0]), ("iqr_s", stats[1]), ("mean_s", stats[2]),
+                            ("min_s", ts[0]), ("runs", len(ts)), ("_wide_iqr", bool(stats[3]))):
             object.__setattr__(self, name, value)
 
     # derived figures (cheap, always consistent with the stored times)
@@ -241,8 +250,9 @@ class Measurement:
 
     @property
     def noisy(self) -> bool:
-        """IQR above 10% of the median (only judged with 4 runs or more)."""
-        return self.runs >= 4 and self.relative_iqr > NOISE_THRESHOLD
+        """IQR at least 10% of the median, judged with 4 runs or more: torch.utils.benchmark's
+        ``Measurement.has_warnings`` rule, taken from torch's own Measurement when the times came from its Timer."""
+        return self.runs >= MIN_RUNS_FOR_NOISE and self._wide_iqr   # type: ignore[attr-defined]
 
     def fraction_of(self, peak_per_s: float, kind: str = "flops") -> float | None:
         """Achieved FLOP/s (``kind="flops"``) or bytes/s (``"bytes"``) as a fraction of ``peak_per_s``."""
@@ -355,12 +365,13 @@ def benchmark(fn: Callable[..., Any], *args: Any, label: str | None = None, warm
 
         t = Timer(stmt="fn(*args, **kwargs)", globals={"fn": fn, "args": args, "kwargs": kwargs},
                   num_threads=threads, label=label, timer=clock)
-        m = t.blocked_autorange(min_run_time=min_run_time)
-        times, number, backend = tuple(float(x) for x in m.times), int(m.number_per_run), "torch.utils.benchmark"
+        source = t.blocked_autorange(min_run_time=min_run_time)
+        times, number, backend = (tuple(float(x) for x in source.times), int(source.number_per_run),
+                                  "torch.utils.benchmark")
     else:
         threads = num_threads or _threads()
         times, number = _perf_counter_loop(fn, args, kwargs, min_run_time)
-        backend = "perf_counter"
+        backend, source = "perf_counter", None
 
     gpu_state = None
     if before is not None:
@@ -374,7 +385,8 @@ def benchmark(fn: Callable[..., Any], *args: Any, label: str | None = None, warm
                                                   or after.get("throttle_reasons") is not None) else None}
     result = Measurement(label=label, times_s=times, number_per_run=number, device=dev, num_threads=threads,
                          env=environment(dev), backend=backend, warmup=warmup, items=items, flops=flops,
-                         bytes_moved=bytes_moved, description=description, gpu_state=gpu_state)
+                         bytes_moved=bytes_moved, description=description, gpu_state=gpu_state,
+                         torch_measurement=source)
     if result.throttled:   # heat or hardware protection; the power cap is how the card runs, so only noted
         warnings.warn(f"{label}: the GPU slowed its clocks for heat or hardware protection while timing "
                       f"({result.gpu_note}); figures are below what the card can do", UserWarning, stacklevel=3)
@@ -383,6 +395,17 @@ def benchmark(fn: Callable[..., Any], *args: Any, label: str | None = None, warm
                       "the machine was busy or the workload varies; re-run, or compare medians only "
                       "with care", NoisyMeasurementWarning, stacklevel=3)   # 3: the caller of @checked's wrapper
     return result
+
+
+def _torch_stats(m: Any, runs: int) -> tuple[float, float, float, bool] | None:
+    """Median, IQR, mean and noise flag (``has_warnings``) of a ``torch.utils.benchmark`` Measurement; None
+    for a median of zero, where torch's IQR / median check raises ZeroDivisionError."""
+    if len(m.times) != runs:
+        raise ValueError(f"torch_measurement has {len(m.times)} runs, times_s {runs}: pass the one they came from")
+    try:
+        return float(m.median), float(m.iqr), float(m.mean), bool(m.has_warnings)
+    except ZeroDivisionError:
+        return None
 
 
 def _gpu_clock_state(dev: str) -> dict[str, Any] | None:
@@ -484,8 +507,6 @@ def repeat_for(seconds: float, fn: Callable[[], Any], device: Any = None) -> int
         >>> repeat_for(0.01, lambda: sum(range(100))) >= 1
         True
     """
-    from ._check import positive
-
     positive("seconds", seconds, unit="seconds")
     if not callable(fn):
         raise TypeError(f"fn must be a callable taking no arguments, got {type(fn).__name__}")

@@ -147,6 +147,11 @@ class Handle:
         return f"Handle({self.index}, mig={self.mig})"
 
 
+def real_constants() -> dict[str, int]:
+    """Every integer constant of the real pynvml (``NVML_*``, ``nvml*``), by name."""
+    return {k: v for k, v in vars(real).items() if k.startswith(("NVML_", "nvml")) and type(v) is int}
+
+
 def make_module(gpus: list[GPU] | None = None, *, driver: str = "570.86.15", cuda_driver: int = 12080,
                 init_error: int | None = None, memory_v2: bool = True, temperature_v: bool = True,
                 pci_info: bool = True, mig_mode: bool = True) -> types.ModuleType:
@@ -159,8 +164,7 @@ def make_module(gpus: list[GPU] | None = None, *, driver: str = "570.86.15", cud
     gpus = scripted_machine() if gpus is None else gpus
     m = types.ModuleType("pynvml")
     m.NVMLError = real.NVMLError
-    m.nvmlMemory_v2 = real.nvmlMemory_v2
-    m.NVML_GPM_METRICS_GET_VERSION = real.NVML_GPM_METRICS_GET_VERSION
+    m.__dict__.update(real_constants())   # NVML_*, nvmlClocksEventReason* / ThrottleReason*, nvmlMemory_v2, ...
     m.c_nvmlGpmMetricsGet_t = real.c_nvmlGpmMetricsGet_t
     m.gpus, m.ticks, m.calls, m.freed, m.allocated = gpus, [0] * len(gpus), [], [], []
 

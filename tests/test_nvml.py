@@ -152,3 +152,16 @@ def test_a_failed_gpm_reading_frees_its_sample(fake_nvml):
     assert len(fake.allocated) == 3 and fake.allocated[2] in fake.freed
     s.close()
     assert all(any(a is f for f in fake.freed) for a in fake.allocated)   # nothing leaked
+
+
+def test_the_fake_carries_pynvmls_own_constants():
+    """The fake hands out the real module's constants, clock event reasons under both names included."""
+    import pynvml
+
+    from fake_nvml import make_module
+
+    fake = make_module()
+    for prefix in ("nvmlClocksEventReason", "nvmlClocksThrottleReason", "NVML_ERROR_", "NVML_CLOCK_"):
+        names = [n for n in dir(pynvml) if n.startswith(prefix) and type(getattr(pynvml, n)) is int]
+        assert names and all(getattr(fake, n) == getattr(pynvml, n) for n in names), prefix
+    assert fake.nvmlMemory_v2 == pynvml.nvmlMemory_v2

@@ -67,21 +67,69 @@ def test_measurement_rejects_bad_times():
         Measurement("x", (0.1, -1.0), 1, "cpu", 1, env, "manual", 0)
 
 
-def test_noisy_measurement_warns(monkeypatch):
-    """A Timer whose blocks spread widely (as on a busy machine) makes benchmark warn."""
+def _torch_measurement(times, number_per_run=1):
+    """What torch.utils.benchmark's Timer returns for these per-call times."""
+    from torch.utils.benchmark import Measurement as TorchMeasurement, TaskSpec
+
+    return TorchMeasurement(number_per_run, [t * number_per_run for t in times], TaskSpec("fn()", "pass"))
+
+
+def _fake_timer(monkeypatch, times):
     import gpulab.timing as timing
 
-    class SpreadTimer:
+    class FixedTimer:
         def __init__(self, **kwargs):
             pass
 
         def blocked_autorange(self, min_run_time):
-            return type("M", (), {"times": [0.001, 0.002, 0.001, 0.003, 0.0015, 0.004], "number_per_run": 1})()
+            return _torch_measurement(times)
 
-    monkeypatch.setattr(timing, "_torch_timer", lambda: SpreadTimer)
+    monkeypatch.setattr(timing, "_torch_timer", lambda: FixedTimer)
+
+
+def test_noisy_measurement_warns(monkeypatch):
+    """A Timer whose blocks spread widely (as on a busy machine) makes benchmark warn."""
+    _fake_timer(monkeypatch, [0.001, 0.002, 0.001, 0.003, 0.0015, 0.004])
     with pytest.warns(NoisyMeasurementWarning, match="IQR"):
         m = gl.benchmark(spin, 0.0, label="busy machine", warmup=0)
     assert m.noisy and m.relative_iqr > 0.5
+
+
+@pytest.mark.parametrize("times", [
+    [0.001, 0.002, 0.001, 0.003, 0.0015, 0.004],           # wide: noisy
+    [1.0, 1.0, 1.0, 1.1, 1.1, 1.2],                         # IQR / median 9.5%: steady
+    [1.0, 1.0, 1.0, 1.0, 1.01, 1.02, 1.3],                  # one outlier, narrow IQR: steady
+    [0.003, 0.001, 0.002],                                   # too few runs to judge
+])
+def test_statistics_and_noise_flag_are_torchs(monkeypatch, times):
+    """From the Timer, median / IQR / mean and the noise flag are torch's Measurement's; the same numbers
+    and rule serve the paths without torch (a Measurement built from the times alone)."""
+    tm = _torch_measurement(times)
+    _fake_timer(monkeypatch, times)
+    m = gl.benchmark(spin, 0.0, warmup=0, warn_noisy=False)
+    assert (m.median_s, m.iqr_s, m.mean_s) == (tm.median, tm.iqr, tm.mean)
+    assert m.noisy == (len(times) >= 4 and tm.has_warnings)
+    own = Measurement("x", tuple(times), 1, "cpu", 1, environment("cpu"), "perf_counter", 0)
+    assert (own.median_s, own.iqr_s, own.mean_s) == pytest.approx((tm.median, tm.iqr, tm.mean), rel=1e-12)
+    assert own.noisy == m.noisy
+
+
+def test_noise_threshold_is_torchs():
+    from torch.utils.benchmark.utils import common
+
+    assert gl.timing.NOISE_THRESHOLD == getattr(common, "_IQR_WARN_THRESHOLD", gl.timing.NOISE_THRESHOLD)
+
+
+def test_torch_measurement_must_hold_the_same_runs():
+    with pytest.raises(ValueError, match="runs"):
+        Measurement("x", (0.1, 0.2), 1, "cpu", 1, environment("cpu"), "torch.utils.benchmark", 0,
+                    torch_measurement=_torch_measurement([0.1, 0.2, 0.3]))
+
+
+def test_zero_median_from_torch_falls_back_to_the_same_rule():
+    m = Measurement("x", (0.0,) * 5, 1, "cpu", 1, environment("cpu"), "torch.utils.benchmark", 0,
+                    torch_measurement=_torch_measurement([0.0] * 5))
+    assert m.median_s == 0 and not m.noisy
 
 
 def test_steady_measurement_does_not_warn():
@@ -182,3 +230,17 @@ def test_a_noisy_warning_points_at_the_callers_line():
         gl.benchmark(jittery, min_run_time=0.2, warmup=1)
     noisy = [w for w in caught if issubclass(w.category, gl.timing.NoisyMeasurementWarning)]
     assert noisy and all(w.filename == __file__ for w in noisy), [(w.filename, w.lineno) for w in noisy]
+
+
+def test_fields_replace_and_pickle_keep_the_statistics(monkeypatch):
+    """torch's Measurement is an init-only argument, not a field: the fields stay the same, and a copy
+    (dataclasses.replace, pickle) keeps the statistics and the noise flag."""
+    import dataclasses
+    import pickle
+
+    times = [0.001, 0.002, 0.001, 0.003, 0.0015, 0.004]
+    _fake_timer(monkeypatch, times)
+    m = gl.benchmark(spin, 0.0, warmup=0, warn_noisy=False)
+    assert "torch_measurement" not in {f.name for f in dataclasses.fields(m)}
+    for copy in (dataclasses.replace(m, label="again"), pickle.loads(pickle.dumps(m))):
+        assert (copy.median_s, copy.iqr_s, copy.noisy) == pytest.approx((m.median_s, m.iqr_s, True))

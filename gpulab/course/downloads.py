@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import secrets
 import shutil
@@ -30,10 +29,12 @@ def _open(url: str, timeout_s: float) -> Any:
     return urllib.request.urlopen(url, timeout=timeout_s)
 
 
+# Not torchvision's download_url: no timeout or cancel, and it writes to the final name, where a cut download stays.
 def _download(url: str, dest: Path, md5: str | None, deadline: float, cancel: threading.Event) -> None:
     """Stream ``url`` to ``dest`` via a temporary file; the file appears only when complete and verified."""
+    from torchvision.datasets.utils import calculate_md5
+
     part = dest.with_name(f".{dest.name}.part-{os.getpid()}-{secrets.token_hex(4)}")
-    digest = hashlib.md5()
     try:
         with _open(url, max(1.0, min(30.0, deadline - time.monotonic()))) as response, open(part, "wb") as out:
             while True:
@@ -42,10 +43,10 @@ def _download(url: str, dest: Path, md5: str | None, deadline: float, cancel: th
                 chunk = response.read(1 << 20)
                 if not chunk:
                     break
-                digest.update(chunk)
                 out.write(chunk)
-        if md5 is not None and digest.hexdigest() != md5:
-            raise ValueError(f"{url}: checksum mismatch (got md5 {digest.hexdigest()}, expected {md5})")
+        got = None if md5 is None else calculate_md5(part)
+        if got != md5:
+            raise ValueError(f"{url}: checksum mismatch (got md5 {got}, expected {md5})")
         os.replace(part, dest)
     finally:
         with contextlib.suppress(FileNotFoundError):
@@ -80,16 +81,18 @@ def _fetch_cifar10(cache: Path, deadline: float, cancel: threading.Event) -> Pat
     import tarfile
 
     from torchvision.datasets import CIFAR10
+    from torchvision.datasets.utils import check_integrity
 
     final = cache / CIFAR10.base_folder
     if final.is_dir():
         return final
     cache.mkdir(parents=True, exist_ok=True)
     archive = cache / CIFAR10.filename
-    if not archive.is_file():
+    if not check_integrity(str(archive), CIFAR10.tgz_md5):    # absent, or cut short (e.g. by CIFAR10(download=True))
         _download(CIFAR10.url, archive, CIFAR10.tgz_md5, deadline, cancel)
     tmp = cache / f".{CIFAR10.base_folder}.tmp-{secrets.token_hex(4)}"
     try:
+        # tarfile, not torchvision's extract_archive: it extracts with no filter (0.20 to 0.29), trusting member paths
         with tarfile.open(archive, "r:gz") as tar:
             tar.extractall(tmp, filter="data")
         os.rename(tmp / CIFAR10.base_folder, final)
@@ -102,9 +105,8 @@ def _fetch_cifar10(cache: Path, deadline: float, cancel: threading.Event) -> Pat
 def _fetch_mnist(cache: Path, deadline: float, cancel: threading.Event) -> Path:
     """torchvision's MNIST files (gzip), downloaded from its mirrors, verified and unpacked atomically into
     ``cache/MNIST/raw`` (the layout ``torchvision.datasets.MNIST(download=False)`` reads)."""
-    import gzip
-
     from torchvision.datasets import MNIST
+    from torchvision.datasets.utils import check_integrity, extract_archive
 
     raw = cache / "MNIST" / "raw"
     wanted = [name for name, _ in MNIST.resources]
@@ -117,6 +119,8 @@ def _fetch_mnist(cache: Path, deadline: float, cancel: threading.Event) -> Path:
             continue
         errors = []
         for mirror in MNIST.mirrors:
+            if check_integrity(str(raw / name), md5):    # here and whole (e.g. from MNIST(download=True)): kept
+                break
             try:
                 _download(f"{mirror}{name}", raw / name, md5, deadline, cancel)
                 break
@@ -124,13 +128,13 @@ def _fetch_mnist(cache: Path, deadline: float, cancel: threading.Event) -> Path:
                 errors.append(f"{mirror}: {e}")
         else:
             raise OSError("; ".join(errors))
-        part = target.with_name(f".{target.name}.part-{secrets.token_hex(4)}")
+        tmp = raw / f".{target.name}.tmp-{secrets.token_hex(4)}"   # unpacked beside, renamed whole: never half a file
         try:
-            with gzip.open(raw / name, "rb") as src, open(part, "wb") as out:
-                shutil.copyfileobj(src, out)
-            os.replace(part, target)
+            tmp.mkdir()
+            extract_archive(str(raw / name), str(tmp))
+            os.replace(tmp / target.name, target)
         finally:
-            part.unlink(missing_ok=True)
+            shutil.rmtree(tmp, ignore_errors=True)
             (raw / name).unlink(missing_ok=True)
     return raw
 

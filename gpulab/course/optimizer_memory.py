@@ -80,7 +80,7 @@ class OptimizerRow:
     param_bytes: int
     step_s: float
     optimizer_step_s: float
-    noisy: bool = False          # either timing's IQR above 10% of its median: a busy machine
+    noisy: bool = False          # either timing's IQR 10% or more of its median: a busy machine
 
     @property
     def state_per_param_bytes(self) -> float:

@@ -39,7 +39,7 @@ _warned: set[str] = set()
 _unavailable: set[str] = set()   # calls this driver lacks (v2 memory, TemperatureV): asked once, then skipped
 _before_shutdown: list[Callable[[], None]] = []  # e.g. stop running samplers before NVML goes away
 
-# NVML return codes (nvml.h; tests check them against pynvml's NVML_ERROR_* constants).
+# nvml.h's return codes, not pynvml's NVML_ERROR_* names: this module imports without nvidia-ml-py (equal: tested).
 NOT_SUPPORTED, NO_PERMISSION, NOT_FOUND, FUNCTION_NOT_FOUND, ARGUMENT_VERSION_MISMATCH = 3, 4, 6, 13, 25
 # Codes that mean "this metric is not available here" rather than a failure.
 _MISSING_CODES = {NOT_SUPPORTED, NO_PERMISSION, FUNCTION_NOT_FOUND}
@@ -476,8 +476,8 @@ def _reset() -> None:
     _unavailable.clear()
 
 
-_TEMP_GPU, _CLOCK_SM, _CLOCK_MEM = 0, 1, 2  # NVML_TEMPERATURE_GPU, NVML_CLOCK_SM, NVML_CLOCK_MEM
-_GPM_METRICS_GET_VERSION = 1  # NVML_GPM_METRICS_GET_VERSION
+_TEMP_GPU, _CLOCK_SM, _CLOCK_MEM = 0, 1, 2  # NVML_TEMPERATURE_GPU, NVML_CLOCK_SM / _MEM: nvml.h's, as above
+_GPM_METRICS_GET_VERSION = 1  # fallback only: the loaded pynvml's NVML_GPM_METRICS_GET_VERSION is read first
 
 
 def gpm_metrics(sample1: Any, sample2: Any, metric_ids: tuple[int, ...]) -> list[float | None] | None:

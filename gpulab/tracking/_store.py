@@ -288,6 +288,8 @@ def _tensorboard() -> tuple[Any, Any, Any]:
     try:
         from tensorboard.compat.proto.event_pb2 import Event
         from tensorboard.compat.proto.summary_pb2 import Summary
+        # Not a public writer: torch's SummaryWriter, tensorboard.summary.Writer and EventFileWriter all import
+        # TensorFlow when it is installed (4-5 s, measured); Writer also files scalars under "tensors", not "scalars".
         from tensorboard.summary.writer.record_writer import RecordWriter
     except ImportError as e:
         raise ImportError("tensorboard=True needs the tensorboard package: pip install tensorboard "
