@@ -63,7 +63,7 @@ def plot_roofline(peak_flops: float, bandwidth: float, points: Sequence[tuple[st
     ax.set_ylabel("FLOP/s")
     ax.set_title("Roofline: measured points under this machine's limits")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, frameon=False)
     ax.figure.tight_layout()
     return ax
 

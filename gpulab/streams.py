@@ -193,14 +193,16 @@ class StreamTimeline:
         scale, unit = _time_unit(max(self.serial_s, self.overlapped_s))
         _lanes(ax, self.spans, list(self.busy_by_stream), scale)
         ax.axvline(self.serial_s * scale, ls="--", color="k", lw=1)
-        ax.annotate(f"serial: {fmt_seconds(self.serial_s)}", (self.serial_s * scale, 1.0), xycoords=("data", "axes fraction"),
-                    ha="right", va="bottom", fontsize=8)
+        ax.annotate(f"serial ends: {fmt_seconds(self.serial_s)} ", (self.serial_s * scale, 0.02),
+                    xycoords=("data", "axes fraction"), ha="right", va="bottom", fontsize=8)
         kinds = [k for k in KINDS if any(s.kind == k for s in self.spans)]
-        ax.legend(handles=[Patch(color=_COLOURS[k], label=k) for k in kinds], fontsize=8, loc="lower right")
+        ax.legend(handles=[Patch(color=_COLOURS[k], label=k) for k in kinds], fontsize=8, loc="lower right",
+                  bbox_to_anchor=(1.0, 1.0), ncol=len(kinds), frameon=False, borderaxespad=0.2)
         what = ("measured with CUDA events on " + self.device if self.measured
                 else f"MODEL (not a measurement) of a {self.device}")
         speed = "" if self.speedup is None else f", {self.speedup:.2f}x"
-        ax.set_title(f"Streams {what}: overlapped {fmt_seconds(self.overlapped_s)}{speed}", fontsize=10)
+        ax.set_title(f"Streams {what}: overlapped {fmt_seconds(self.overlapped_s)}{speed}", fontsize=10, loc="left",
+                     pad=18)
         if serial_ax is not None:
             _lanes(serial_ax, self.serial_spans, [SERIAL], scale)
             serial_ax.set_title(f"the same tasks on one stream: {fmt_seconds(self.serial_s)}", fontsize=9)
@@ -219,11 +221,17 @@ def _time_unit(longest_s: float) -> tuple[float, str]:
 
 
 def _lanes(ax: Any, spans: Sequence[Span], lanes: list[str], scale: float) -> None:
+    end = max((s.start_s + s.duration_s for s in spans), default=0.0) or 1.0
+    width = lambda name: 0.0085 * end * (len(name) + 1)   # noqa: E731  (the name's width at fontsize 8, roughly)
     for i, lane in enumerate(lanes):
-        for s in (s for s in spans if s.stream == lane):
+        mine = sorted((s for s in spans if s.stream == lane), key=lambda s: s.start_s)
+        for k, s in enumerate(mine):
             ax.barh(i, s.duration_s * scale, left=s.start_s * scale, color=_COLOURS[s.kind], edgecolor="k", lw=0.5)
-            ax.text((s.start_s + s.duration_s / 2) * scale, i, s.name, ha="center", va="center", fontsize=7,
-                    clip_on=True)
+            room = (mine[k + 1].start_s if k + 1 < len(mine) else 1.15 * end) - s.start_s - s.duration_s
+            if s.duration_s > width(s.name):                   # the name fits inside its bar
+                ax.text((s.start_s + s.duration_s / 2) * scale, i, s.name, ha="center", va="center", fontsize=8)
+            elif room > width(s.name):                         # or in the free space after it
+                ax.text((s.start_s + s.duration_s) * scale, i, f" {s.name}", ha="left", va="center", fontsize=8)
     ax.set_yticks(range(len(lanes)))
     ax.set_yticklabels(lanes)
     ax.set_ylim(len(lanes) - 0.5, -0.5)

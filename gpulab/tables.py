@@ -171,8 +171,8 @@ class Comparison(TableView):
         return header, rows, "; ".join(notes)
 
     def plot(self, metric: str = "speedup", ax: Any = None) -> Any:
-        """Bar chart of ``"speedup"``, ``"items_per_s"``, ``"median_s"`` or ``"fraction_of_peak_flops"``;
-        returns the matplotlib Axes."""
+        """Bar chart of ``"speedup"``, ``"items_per_s"``, ``"median_s"`` or ``"fraction_of_peak_flops"`` (any numeric
+        column of :meth:`to_dataframe`), each bar with its value, the axis in its unit; returns the matplotlib Axes."""
         df = self.to_dataframe()
         if metric not in df.columns:
             raise ValueError(f"unknown metric {metric!r}: choose from {list(df.columns)}")
@@ -180,20 +180,38 @@ class Comparison(TableView):
 
         axes("ax", ax)
         if ax is None:
-            _, ax = plt.subplots(figsize=(6, 0.5 + 0.45 * len(df)))
+            _, ax = plt.subplots(figsize=(6.5, 0.9 + 0.45 * len(df)))
         values = df[metric].astype(float)
+        scale, unit, fmt = _PLOT_UNITS.get(metric, (1.0, metric.replace("_", " "), "{:.3g}"))
+        shown = values * scale
         colors = ["#888888" if lbl == self.baseline else "#2a7ab9" for lbl in df.index]
-        ax.barh(list(df.index), values, color=colors)
+        ax.barh(list(df.index), shown.fillna(0.0), color=colors)
         ax.invert_yaxis()
         if metric == "speedup":
-            ax.axvline(1.0, color="k", lw=0.8, ls="--")
-        for y, v in enumerate(values):
-            if not math.isnan(v):
-                ax.annotate(f" {v:.3g}", (v, y), va="center", fontsize=9)
-        ax.set_xlabel(metric.replace("_", " "))
-        ax.set_title(self.title)
+            ax.axvline(1.0, color="k", lw=0.8, ls="--", label=f"1x = {self.baseline} (the baseline)")
+            ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False, fontsize=8)
+        top = float(shown.max()) if shown.notna().any() else 1.0
+        for y, v in enumerate(shown):
+            ax.annotate("no figure" if math.isnan(v) else " " + fmt.format(v), (0.0 if math.isnan(v) else v, y),
+                        va="center", fontsize=9)
+        ax.set_xlim(0, top * 1.18 if top > 0 else 1.0)      # room for the values written after the bars
+        ax.set_xlabel(unit if metric != "speedup" else f"speedup vs {self.baseline} (x)")
+        ax.set_title(self.title, loc="left")
         ax.figure.tight_layout()
         return ax
+
+
+# how each plottable column is shown: a scale, the axis label with its unit, the value format
+_PLOT_UNITS = {
+    "speedup": (1.0, "speedup (x)", "{:.2f}x"),
+    "median_s": (1e3, "median time per call (ms)", "{:.3g} ms"),
+    "items_per_s": (1.0, "items per second", "{:,.0f}/s"),
+    "fraction_of_peak_flops": (100.0, "share of this machine's measured peak FLOP/s (%)", "{:.0f}%"),
+    "fraction_of_peak_bandwidth": (100.0, "share of this machine's measured bandwidth (%)", "{:.0f}%"),
+    "flops_per_s": (1e-9, "GFLOP/s", "{:.3g}"),
+    "bytes_per_s": (1e-9, "GB/s", "{:.3g}"),
+    "iqr_pct": (1.0, "IQR (% of the median)", "{:.0f}%"),
+}
 
 
 def _figure(name: str, label: str, key: Any) -> Published:

@@ -30,7 +30,7 @@ def test_sweep_measures_each_batch_and_its_memory():
     assert sweep.memory_per_item_bytes == pytest.approx(1024) and abs(sweep.fixed_memory_bytes) < 1e-6
     df = sweep.to_dataframe()
     assert list(df.index) == [1, 8, 64] and df["pct_of_peak_flops"].notna().all()
-    assert sweep.knee in sweep.batch_sizes and sweep.best in sweep.batch_sizes
+    assert sweep.knee in (*sweep.batch_sizes, None) and sweep.best in sweep.batch_sizes
     with pytest.raises(KeyError, match="measured"):
         sweep.measurement(2)
 
@@ -40,7 +40,8 @@ def test_knee_best_and_speedup_from_fixed_measurements():
     ms = [_m(1, 1 / 100, 100), _m(2, 2 / 180, 150), _m(4, 4 / 300, 250), _m(8, 8 / 320, 450, flops=8e9)]
     s = course.BatchSweep(tuple(reversed(ms)), peak_flops=1e11)
     assert s.best == 8 and s.knee == 4                          # 300 >= 0.9 * 320
-    assert course.BatchSweep(tuple(ms), threshold=1.0).knee == 8
+    assert course.BatchSweep(tuple(ms), threshold=1.0).knee is None     # only the last batch reaches 100%: rising
+    assert str(course.BatchSweep(tuple(ms), threshold=1.0).knee_info) == "no knee up to batch 8: still rising"
     assert s.speedup(8) == pytest.approx(3.2) and s.speedup(8, over=4) == pytest.approx(320 / 300)
     assert s.memory_per_item_bytes == pytest.approx(50) and s.fixed_memory_bytes == pytest.approx(50)
     df = s.to_dataframe()

@@ -17,9 +17,10 @@ def _m(batch: int, seconds: float, peak: int) -> gl.Measurement:
 def test_the_knee_of_a_published_curve_moves_with_precision():
     fp32 = course.published_curve("resnet50-t4-fp32-batch-1-to-256")
     mixed = course.published_curve("resnet50-t4-batch-1-to-256")
-    assert course.curve_knee(fp32) == 16 and course.curve_knee(mixed) == 32
-    assert course.curve_knee(fp32, threshold=1.0) == 64            # the FP32 curve tops out at batch 64
-    assert course.curve_knee([(8, 2.0), (1, 1.0)]) == 8               # unsorted points are sorted first
+    assert course.curve_knee(fp32).batch == 16 and course.curve_knee(mixed).batch == 32
+    assert course.curve_knee(fp32, threshold=1.0).batch == 64      # the FP32 curve tops out at batch 64
+    rising = course.curve_knee([(8, 2.0), (1, 1.0)])                   # unsorted points are sorted first
+    assert rising.batch is None and rising.last == 8 and not rising.flattened
     with pytest.raises(ValueError, match="points"):
         course.curve_knee([])
     with pytest.raises(ValueError, match="threshold"):

@@ -484,12 +484,13 @@ def test_plot_draws_a_lane_per_stream_and_says_what_it_shows():
     m = model_streams([StreamTask("up", "copy", "h2d", bytes_moved=10**8),
                        StreamTask("k", "compute", "kernel", flops=1e11)], gpu="T4")
     ax = m.plot()
-    assert "MODEL (not a measurement) of a T4" in ax.get_title() and "model" in ax.get_title().lower()
+    title = ax.get_title(loc="left")
+    assert "MODEL (not a measurement) of a T4" in title and "model" in title.lower()
     assert [t.get_text() for t in ax.get_yticklabels()] == ["copy", "compute"]
     assert len(ax.patches) == 2 and len(ax.figure.axes) == 2       # the serial schedule below
     plt.close(ax.figure)
     _, own = plt.subplots()
     ax = _hand_made().plot(ax=own)
-    assert ax is own and "measured with CUDA events on Fake GPU" in ax.get_title()
+    assert ax is own and "measured with CUDA events on Fake GPU" in ax.get_title(loc="left")
     assert len(ax.figure.axes) == 1 and len(ax.patches) == 4
     plt.close(ax.figure)

@@ -55,6 +55,9 @@ from .augment import augment_batch
 from .bandwidth import TransferPoint, TransferSweep, default_ceilings, transfer_sweep
 from .batching import (BatchRun, BatchSweep, batch_sweep, cosine_factor, curve_knee, scale_lr, train_at_batch_size,
                        warmup_factor)
+from .batching import Knee
+from .batch_figures import plot_accuracy
+from .loop_watch import LoopWatch, PhaseUse, phase_utilisation, watch_loops
 from .checks import SOLUTIONS_ENV, Challenge, Check, NotAnswered, challenge, check, solutions
 from .dali import DaliLoader, DaliPlan, dali_available, dali_loader, dali_plan, dali_tf_available, dali_tf_dataset
 from .dali import check_dali, dali_tolerance
@@ -122,7 +125,7 @@ __all__ = [
     "micro_batch_gradients", "compare_gradients", "GradientCheck", "checkpointed",
     "train_interleaved", "compare_runs", "RunComparison", "pattern_batch",
     "batch_sweep", "BatchSweep", "scale_lr", "warmup_factor", "cosine_factor", "train_at_batch_size", "BatchRun",
-    "curve_knee",
+    "curve_knee", "Knee", "plot_accuracy", "watch_loops", "LoopWatch", "PhaseUse", "phase_utilisation",
     "synthetic_images", "real_images", "ImageSet", "CorruptDataError", "data_dir",
     "torch_loader", "cached_loader", "CachedLoader", "tf_dataset",
     "dali_loader", "DaliLoader", "dali_plan", "DaliPlan", "dali_tf_dataset", "dali_available", "dali_tf_available",

@@ -324,12 +324,17 @@ class Ablation(TableView):
         ax[0].set_xlabel(f"samples/s over the {self.baseline.label} (log scale; blue = kept)")
         ax[0].set_title(self.title, loc="left")
         acc = [100 * (s.test_accuracy if s.test_accuracy is not None else math.nan) for s in shown]
-        ax[1].barh(labels, acc, color=colors)
-        ax[1].invert_yaxis()
-        ax[1].set_yticklabels([])
+        # dots, not bars: the axis does not start at 0, and a bar's length would exaggerate a small drop
+        ax[1].scatter(acc, range(len(shown)), color=colors, s=40, zorder=3)
+        for y, a in enumerate(acc):
+            if not math.isnan(a):
+                ax[1].annotate(f"{a:.1f}% ", (a, y), va="center", ha="right", fontsize=9)
+        ax[1].set_ylim(ax[0].get_ylim())
+        ax[1].set_yticks(range(len(shown)), [""] * len(shown))
+        ax[1].grid(True, axis="x", alpha=0.3)
         finite = [a for a in acc if not math.isnan(a)]
         ax[1].set_xlim(max(0.0, min(finite + [100.0]) - 5), 100)
-        ax[1].set_xlabel("test accuracy (%)")
+        ax[1].set_xlabel("test accuracy (%, axis from {:.0f})".format(ax[1].get_xlim()[0]))
         ax[0].figure.tight_layout()
         return ax
 

@@ -140,6 +140,7 @@ class TransferSweep(TableView):
         ax.minorticks_off()
         ax.set_xlabel("bytes per copy")
         ax.set_ylabel("GB/s (payload, best run)")
+        ax.set_ylim(bottom=0)                                 # rates from 0: a dip reads as its true size
         ax.set_title(self.title)
         ax.legend()
         ax.figure.tight_layout()

@@ -30,16 +30,55 @@ from .._check import checked, positive, whole
 from ..limits import ceiling_for
 from ..timing import Measurement
 
-__all__ = ["batch_sweep", "BatchSweep", "scale_lr", "warmup_factor", "train_at_batch_size", "BatchRun", "curve_knee"]
+__all__ = ["batch_sweep", "BatchSweep", "scale_lr", "warmup_factor", "train_at_batch_size", "BatchRun", "curve_knee",
+           "Knee"]
 
 
-def curve_knee(points: Sequence[tuple[int, float]], threshold: float = 0.9) -> int:
-    """The knee of a ``(batch, items/s)`` curve, as :class:`BatchSweep` defines it for a measured one: the smallest
-    batch reaching ``threshold`` of the best items/s (e.g. a published curve from :func:`published_curve`).
+@dataclass(frozen=True)
+class Knee:
+    """The knee of a ``(batch, items/s)`` curve (from :func:`curve_knee`): ``batch`` is the smallest batch within
+    ``threshold`` of the best, or ``None`` when the curve never flattened (only the last batch tried, ``last``,
+    reaches it: the curve was still rising there, and a larger batch may still be faster).
 
     Example:
-        >>> curve_knee([(1, 79.0), (8, 652.0), (32, 1128.0), (256, 1198.0)])
+        >>> Knee(None, 256), str(Knee(32, 256))
+        (Knee: no knee up to batch 256: still rising, 'batch 32')
+    """
+
+    batch: int | None
+    last: int
+    threshold: float = 0.9
+
+    @property
+    def flattened(self) -> bool:
+        """False when the curve was still rising at the last batch tried."""
+        return self.batch is not None
+
+    @property
+    def value(self) -> int | str:
+        """The knee's batch, or the sentence saying there is none (to compare with a prediction)."""
+        return self.batch if self.batch is not None else str(self)
+
+    def __str__(self) -> str:
+        return f"batch {self.batch}" if self.batch is not None else f"no knee up to batch {self.last}: still rising"
+
+    def __repr__(self) -> str:
+        return f"Knee: {self}"
+
+    def _repr_html_(self) -> str:
+        return html_table(("knee", f"first batch within {self.threshold:.0%} of the best"), [["", str(self)]])
+
+
+def curve_knee(points: Sequence[tuple[int, float]], threshold: float = 0.9) -> Knee:
+    """The knee of a ``(batch, items/s)`` curve, as :class:`BatchSweep` defines it for a measured one: the smallest
+    batch reaching ``threshold`` of the best items/s (e.g. a published curve from :func:`published_curve`).
+    When only the last (largest) batch reaches it, the curve never flattened: ``batch`` is ``None``.
+
+    Example:
+        >>> curve_knee([(1, 79.0), (8, 652.0), (32, 1128.0), (256, 1198.0)]).batch
         32
+        >>> curve_knee([(1, 10.0), (8, 70.0), (64, 400.0)])
+        Knee: no knee up to batch 64: still rising
     """
     pts = sorted((int(b), float(r)) for b, r in points)
     if not pts:
@@ -47,7 +86,8 @@ def curve_knee(points: Sequence[tuple[int, float]], threshold: float = 0.9) -> i
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 < threshold <= 1:
         raise ValueError(f"threshold must be a share of the best within (0, 1], got {threshold!r}")
     top = max(r for _, r in pts)
-    return next(b for b, r in pts if r >= threshold * top)
+    first = next(b for b, r in pts if r >= threshold * top)
+    return Knee(first if first != pts[-1][0] else None, pts[-1][0], float(threshold))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -56,16 +96,18 @@ class BatchSweep:
     """One step timed at several batch sizes (a :class:`~gpulab.Measurement` each, with its peak memory).
 
     ``knee`` is the smallest batch reaching ``threshold`` (default 90%) of the best items/s: past it,
-    bigger batches cost memory and buy little speed. ``memory_per_item_bytes`` and ``fixed_memory_bytes``
-    fit peak memory as a straight line in the batch size. ``others_cpu_pct`` records how busy the machine
-    was with other programs while timing; above 10% the caption says the curve is distorted.
+    bigger batches cost memory and buy little speed. It is ``None`` when the curve never flattened (only the
+    largest batch reaches the threshold); ``knee_info`` (a :class:`Knee`) says so in words.
+    ``memory_per_item_bytes`` and ``fixed_memory_bytes`` fit peak memory as a straight line in the batch size.
+    ``others_cpu_pct`` records how busy the machine was with other programs while timing; above 10% the caption
+    says the curve is distorted.
 
     Example:
         >>> import torch, gpulab as gl
         >>> from gpulab import course
         >>> xs = {n: torch.randn(n, 8) for n in (1, 4)}
         >>> s = course.batch_sweep(lambda n: xs[n] * 2, [1, 4], min_run_time=0.02, memory=False)
-        >>> s.knee in s.batch_sizes and s.best in s.batch_sizes
+        >>> s.knee in (*s.batch_sizes, None) and s.best in s.batch_sizes
         True
     """
 
@@ -75,7 +117,7 @@ class BatchSweep:
     others_cpu_pct: float | None = None   # CPU share other programs used while timing (see cpu_contention)
     batch_sizes: tuple[int, ...] = field(init=False)
     best: int = field(init=False)
-    knee: int = field(init=False)
+    knee: int | None = field(init=False)   # None: still rising at the largest batch
     flops_ceiling: float | None = field(init=False)     # peak_flops, raised to a batch's rate if one ran faster
     ceiling_note: str | None = field(init=False)
 
@@ -97,10 +139,15 @@ class BatchSweep:
         top = max(rates)
         object.__setattr__(self, "batch_sizes", sizes)
         object.__setattr__(self, "best", sizes[rates.index(top)])
-        object.__setattr__(self, "knee", next(s for s, r in zip(sizes, rates) if r >= self.threshold * top))
+        object.__setattr__(self, "knee", curve_knee(list(zip(sizes, rates)), self.threshold).batch)
         ceiling, note = ceiling_for(self.peak_flops, [(f"batch {int(m.items)}", m.flops_per_s) for m in ms])
         object.__setattr__(self, "flops_ceiling", ceiling)
         object.__setattr__(self, "ceiling_note", note)
+
+    @property
+    def knee_info(self) -> Knee:
+        """The knee as a :class:`Knee`: its batch, or that the curve never flattened (``str()`` says which)."""
+        return Knee(self.knee, self.batch_sizes[-1], self.threshold)
 
     def measurement(self, batch_size: int) -> Measurement:
         for m in self.measurements:
@@ -171,9 +218,11 @@ class BatchSweep:
 
         busy = (f". BUSY MACHINE: other programs used {self.others_cpu_pct:.0f}% of the CPU while timing; "
                 "re-run when it is quiet" if self.others_cpu_pct is not None and self.others_cpu_pct > BUSY_PCT else "")
+        knee = (f"knee {self.knee} (first batch within {self.threshold:.0%} of the best)" if self.knee is not None
+                else str(self.knee_info))
         return (f"Batch sweep on {self.measurements[0].device}: best {self.best} "
-                f"({fmt_number(self.items_per_s(self.best))} items/s), knee {self.knee} (first batch within "
-                f"{self.threshold:.0%} of the best), {self.speedup(self.best):.1f}x batch {self.batch_sizes[0]}{busy}")
+                f"({fmt_number(self.items_per_s(self.best))} items/s), {knee}, "
+                f"{self.speedup(self.best):.1f}x batch {self.batch_sizes[0]}{busy}")
 
     def __repr__(self) -> str:
         rows = self._rows()
@@ -183,7 +232,7 @@ class BatchSweep:
                 + (f"\n{self.ceiling_note}" if self.ceiling_note else ""))
 
     def _repr_html_(self) -> str:
-        foot = "* noisy: IQR above 10% of the median. Step memory: peak allocated during one step above what " \
+        foot = "* noisy: IQR 10% or more of the median. Step memory: peak allocated during one step above what " \
                "existed before it (weights and optimizer state excluded)." + (f" {self.ceiling_note}."
                                                                               if self.ceiling_note else "")
         return html_table(self._HEADER, self._rows(), caption=self._caption(), footer=foot)
@@ -191,53 +240,16 @@ class BatchSweep:
     def plot(self, ax: Any = None,
              published: Sequence[tuple[int, float]] | Mapping[str, Sequence[tuple[int, float]]] | None = None,
              published_label: str = "published") -> Any:
-        """items/s against batch size (log scale) with the knee marked, and step memory on a second axis.
+        """items/s against batch size (log scale) with the knee marked (or a note that the curve never flattened),
+        and step memory on a second axis; the legend sits below the axes.
 
         ``published``: optional ``(batch, items/s)`` points, or several curves as ``{label: points}``, each drawn
         normalised to its own best, on a share-of-best scale, so curves from other hardware or precisions can be
         compared by shape. Returns the Axes.
         """
-        import matplotlib.pyplot as plt
+        from .batch_figures import plot_sweep
 
-        if ax is None:
-            _, ax = plt.subplots(figsize=(6.5, 3.6))
-        sizes = list(self.batch_sizes)
-        top = self.items_per_s(self.best)
-        share = [100 * self.items_per_s(b) / top for b in sizes]
-        ax.plot(sizes, share, "o-", color="#2a7ab9", label="items/s, % of best (this machine)")
-        if isinstance(published, Mapping):
-            curves = dict(published)
-        else:
-            curves = {published_label: published} if published else {}
-        styles = (("s--", "#888888"), ("D:", "#b07d2a"), ("v-.", "#6a4c93"))
-        for (label, points), (style, colour) in zip(curves.items(), styles):
-            pb, pr = zip(*points)
-            ax.plot(pb, [100 * r / max(pr) for r in pr], style, color=colour, label=label)
-        ax.axvline(self.knee, color="#2a7ab9", ls=":", lw=1)
-        ax.annotate(f"knee: {self.knee} ", (self.knee, 103), color="#2a7ab9", fontsize=9, ha="right")
-        ax.set_xscale("log", base=2)
-        ticks = sorted(set(sizes) | {b for points in curves.values() for b, _ in points})
-        if len(ticks) > 10:
-            ticks = ticks[::2]
-        ax.set_xticks(ticks, [str(t) for t in ticks])
-        ax.minorticks_off()
-        ax.set_xlabel("batch size")
-        ax.set_ylabel("throughput, % of best")
-        ax.set_ylim(0, 110)
-        mem = [(b, m.peak_memory_bytes) for b, m in zip(sizes, self.measurements) if m.peak_memory_bytes is not None]
-        if mem:
-            ax2 = ax.twinx()
-            ax2.plot([b for b, _ in mem], [p / 2**20 for _, p in mem], "^-", color="#c0392b", alpha=0.7,
-                     label="step memory (MiB)")
-            ax2.set_ylabel("step memory (MiB)", color="#c0392b")
-            ax2.set_ylim(bottom=0)
-            handles = ax.get_legend_handles_labels()[0] + ax2.get_legend_handles_labels()[0]
-        else:
-            handles = ax.get_legend_handles_labels()[0]
-        ax.legend(handles=handles, loc="upper left", fontsize=8)
-        ax.set_title(f"Throughput and memory vs batch size ({self.measurements[0].device})")
-        ax.figure.tight_layout()
-        return ax
+        return plot_sweep(self, ax, published, published_label)
 
 
 @checked(device="device")

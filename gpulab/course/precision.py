@@ -133,7 +133,7 @@ class UnderflowReport:
         ax.set_xlabel("log2 |gradient value|")
         ax.set_ylabel("count")
         ax.set_title("Where the gradients fall in fp16's range")
-        ax.legend(fontsize=8, loc="upper right")
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3, frameon=False)
         ax.figure.tight_layout()
         return ax
 

@@ -297,7 +297,7 @@ class RunComparison(TableView):
                          + ")")
             notes += list(self.ceiling_notes)
         if any(row[0].endswith(" *") for row in rows):
-            notes.append("* noisy: IQR above 10% of the median - the machine was busy; compare with care")
+            notes.append("* noisy: IQR 10% or more of the median - the machine was busy; compare with care")
         return header, rows, "; ".join(notes)
 
     def plot(self, ax: Any = None) -> Any:

@@ -133,8 +133,8 @@ class LoaderComparison(TableView):
             ax.annotate(f" {r.items_per_s:,.0f} img/s", (wait[y] + comp[y], y), va="center", fontsize=8)
         ax.invert_yaxis()
         ax.set_xlabel("milliseconds per image (lower is faster)")
-        ax.set_title(self.title)
-        ax.legend(fontsize=8, loc="lower right")
+        ax.legend(fontsize=8, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=2, frameon=False, borderaxespad=0.2)
+        ax.set_title(self.title, loc="left")
         ax.set_xlim(0, max(w + c for w, c in zip(wait, comp)) * 1.35)
         ax.figure.tight_layout()
         return ax

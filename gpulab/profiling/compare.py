@@ -104,9 +104,12 @@ class ProfileComparison:
             vals = [1e3 * s.phases_s.get(ph, 0.0) / s.steps for s in self.summaries]
             ax.barh(labels, vals, left=bottom, label=ph)
             bottom = [b + v for b, v in zip(bottom, vals)]
+        for y, total in enumerate(bottom):
+            ax.annotate(f" {total:.3g} ms", (total, y), va="center", fontsize=9)
+        ax.set_xlim(0, 1.18 * max(bottom + [1e-9]))            # room for the totals
         ax.invert_yaxis()
         ax.set_xlabel("ms per step")
-        ax.legend(ncol=len(names), fontsize="small", loc="lower right")
+        ax.legend(ncol=len(names), fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.22), frameon=False)
         ax.set_title("Where each step's time goes")
         ax.figure.tight_layout()
         return ax.figure

@@ -65,6 +65,13 @@ class DeviceSummary:
                 if f.name != "device" and getattr(self, f.name) is not None}
 
 
+def _memory_unit(frame: Any) -> tuple[float, str]:
+    """MiB below 1 GiB of memory anywhere in ``frame``, else GiB: (bytes per unit, axis label)."""
+    cols = [c for c in ("mem_used_bytes", "torch_reserved_bytes", "rss_bytes") if c in frame]
+    peak = max((float(frame[c].max()) for c in cols if frame[c].notna().any()), default=0.0)
+    return (2.0**20, "memory (MiB)") if peak < 2**30 else (2.0**30, "memory (GiB)")
+
+
 def _clip(text: str, n: int = 120) -> str:
     return text if len(text) <= n else text[:n - 3] + "..."
 
@@ -280,8 +287,9 @@ class Trace:
         return diagnose(self)
 
     def plot(self, fig: Any = None, tight: bool = True) -> Any:
-        """One figure, aligned time axes: utilisation, memory, and power/temperature/clocks when present.
-        Marks and phases are drawn on every panel. Returns the matplotlib Figure.
+        """One figure, aligned time axes: utilisation, memory (from 0), and power/temperature when present.
+        Phases are shaded, each in its own colour, and named inside the top of the first panel; each panel's
+        legend is one row above it. Returns the matplotlib Figure.
         ``tight=False`` uses fixed margins (several times cheaper: the live view redraws this way)."""
         flag("tight", tight)
         if fig is not None and not callable(getattr(fig, "add_subplot", None)):
@@ -300,24 +308,30 @@ class Trace:
         ax_u, ax_m = axes[0], axes[1]
         host = self.device_frame("host") if "host" in self.devices else None
         if host is not None and "cpu_util_pct" in host:
-            ax_u.plot(host.index, host["cpu_util_pct"], color="#888888", label="CPU (all cores)")
+            ax_u.plot(host.index, host["cpu_util_pct"], color="#555555", label="CPU (all cores)")
             if "process_cpu_pct" in host:
-                ax_u.plot(host.index, host["process_cpu_pct"], color="#888888", ls=":", label="this process")
+                ax_u.plot(host.index, host["process_cpu_pct"], color="#555555", ls=":",
+                          label="this process (share of all cores)")
+        scale, unit = _memory_unit(self.frame)
+        peaks = [0.0]
         for g in gpus:
             f = self.device_frame(g)
             if "gpu_util_pct" in f:
                 ax_u.plot(f.index, f["gpu_util_pct"], label=f"{g} util")
             if "tensor_active_pct" in f:
                 ax_u.plot(f.index, f["tensor_active_pct"], ls="--", label=f"{g} tensor active")
-            if "mem_used_bytes" in f:
-                ax_m.plot(f.index, f["mem_used_bytes"] / 2**30, label=f"{g} memory used")
-            if "torch_reserved_bytes" in f:
-                ax_m.plot(f.index, f["torch_reserved_bytes"] / 2**30, ls="--", label=f"{g} torch reserved")
+            for col, ls, what in (("mem_used_bytes", "-", "memory used"), ("torch_reserved_bytes", "--", "torch reserved")):
+                if col in f:
+                    ax_m.plot(f.index, f[col] / scale, ls=ls, label=f"{g} {what}")
+                    peaks.append(float(f[col].max()) / scale)
         if host is not None and "rss_bytes" in host:
-            ax_m.plot(host.index, host["rss_bytes"] / 2**30, color="#888888", label="process RSS (host)")
+            ax_m.plot(host.index, host["rss_bytes"] / scale, color="#555555", label="process RSS (host)")
+            peaks.append(float(host["rss_bytes"].max()) / scale)
         ax_u.set_ylabel("utilisation %")
-        ax_u.set_ylim(0, 105)
-        ax_m.set_ylabel("GiB")
+        ax_u.set_ylim(0, 128)                       # the band above 100% holds the phase names
+        ax_u.set_yticks(range(0, 101, 25))
+        ax_m.set_ylabel(unit)
+        ax_m.set_ylim(0, max(peaks) * 1.15 or 1.0)  # from 0: a few MiB of wobble looks flat
         if extra:
             ax_p = axes[2]
             for g in gpus:
@@ -330,24 +344,42 @@ class Trace:
                     t = f.index[f["throttled"].fillna(False).astype(bool)]
                     ax_p.scatter(t, [0] * len(t), marker="|", color="red", label=f"{g} throttled")
             ax_p.set_ylabel("W / °C")
+            ax_p.set_ylim(bottom=0)
+        self._draw_marks(axes)
         for ax in axes:
-            for m in self.marks:
-                ax.axvline(m.start_s, color="k", lw=0.7, ls=":")
-                if m.end_s is not None:
-                    ax.axvspan(m.start_s, m.end_s, color="k", alpha=0.06)
-            if ax.get_legend_handles_labels()[0]:
-                ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+            handles, labels = ax.get_legend_handles_labels()
+            if handles:
+                ax.legend(handles, labels, fontsize=8, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=len(handles),
+                          frameon=False, borderaxespad=0.1, handlelength=1.6, columnspacing=1.0)
             ax.grid(alpha=0.3)
-        for m in self.marks:
-            axes[0].annotate(m.name, (m.start_s, 102), fontsize=7, rotation=0, va="bottom")
         axes[-1].set_xlabel("seconds")
         source = "GPU (NVML) + host" if gpus else "host only (no NVML)"
-        axes[0].set_title(f"Telemetry: {source}, every {self.interval_s:g} s, {self.duration_s:.1f} s")
+        fig.suptitle(f"Telemetry: {source}, every {self.interval_s:g} s, {self.duration_s:.1f} s", fontsize=11)
         if tight:
             fig.tight_layout()
         else:
-            fig.subplots_adjust(left=0.08, right=0.78, top=0.93, bottom=0.1, hspace=0.12)
+            fig.subplots_adjust(left=0.08, right=0.97, top=0.9, bottom=0.1, hspace=0.3)
         return fig
+
+    def _draw_marks(self, axes: Any) -> None:
+        """Phases shaded on every panel, one colour each, named inside the top of the first; points as lines."""
+        colours = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+        names = list(dict.fromkeys(m.name for m in self.marks))
+        lo, hi = axes[0].get_xlim()
+        for m in self.marks:
+            colour = colours[names.index(m.name) % len(colours)]
+            for ax in axes:
+                ax.axvline(m.start_s, color=colour, lw=0.9, ls=":" if m.end_s is not None else "--")
+                if m.end_s is not None:
+                    ax.axvspan(m.start_s, m.end_s, color=colour, alpha=0.1, lw=0)
+            x = m.start_s if m.end_s is None else (m.start_s + m.end_s) / 2
+            where = (x - lo) / (hi - lo) if hi > lo else 0.5
+            ha = "left" if where < 0.15 or m.end_s is None else "right" if where > 0.85 else "center"
+            if m.end_s is not None and ha == "left":
+                x = m.start_s
+            elif m.end_s is not None and ha == "right":
+                x = m.end_s
+            axes[0].text(x, 114, f" {m.name} ", color=colour, fontsize=10, fontweight="bold", ha=ha, va="center")
 
     # ---- export ------------------------------------------------------------------------------
     def to_csv(self, path: str | Path) -> Path:
