@@ -52,7 +52,8 @@ ceilings), ``gl.roofline``, ``gl.work`` (a call's FLOPs and bytes per operator),
 ``gl.system``, ``gl.diagnosis``, ``gl.compiling`` (torch.compile reports, CUDA graphs, ONNX
 Runtime), ``gl.kernels`` (your own Triton and Numba CUDA kernels: checks, timing, traffic,
 roofline; C++/CUDA extensions), ``gl.streams`` (work on CUDA streams timed with events),
-``gl.telemetry`` (Monitor, NVML), ``gl.profiling``, ``gl.memory`` (peak, breakdown,
+``gl.telemetry`` (Monitor, NVML, energy counters), ``gl.cost`` (hourly prices, published or yours,
+and cost per million items), ``gl.profiling``, ``gl.memory`` (peak, breakdown,
 out-of-memory, leaks, CUDA allocator), ``gl.data`` (loader measurement), ``gl.distributed``
 (torchrun, scaling), ``gl.tracking`` (params, metrics and Monitor telemetry to MLflow and
 TensorBoard), ``gl.transfer``, ``gl.errors``.
@@ -60,7 +61,7 @@ TensorBoard), ``gl.transfer``, ``gl.errors``.
 The course's own scaffolding (reference models, synthetic data, lesson demonstrations, exercise
 checks) is ``from gpulab import course``, documented apart.
 """
-from . import (compiling, data, diagnosis, distributed, errors, interleaved, kernels, limits, memory, plots,
+from . import (compiling, cost, data, diagnosis, distributed, errors, interleaved, kernels, limits, memory, plots,
                precision, profiling, reference, roofline, session, streams, system, tables, telemetry, timing, tracking,
                transfer, work)
 from ._deprecated import deprecated_attribute, deprecated_names

@@ -41,7 +41,11 @@ class Comparison(TableView):
 
     Columns: median time, IQR as % of the median, items/s, speedup vs ``baseline``, peak memory,
     achieved FLOP/s or bandwidth and their share of ``peak_flops`` / ``peak_bandwidth`` (the
-    machine's measured limit), and the published figure for the row when one is given.
+    machine's measured limit), joules per item (per call without ``items``) where the device's energy counter
+    was read, the cost per million items at ``price`` (a :class:`~gpulab.cost.Price`: an hourly price given
+    or published) and the measured throughput, and the published figure for the row when one is given.
+    ``energy``: None shows the energy column when a row has a figure, True always (rows without one say
+    "not measurable"), False never.
     """
 
     measurements: tuple[Measurement, ...]
@@ -51,6 +55,8 @@ class Comparison(TableView):
     peak_bandwidth: float | None = None
     published: Mapping[str, Published] = field(default_factory=dict)
     setup_s: Mapping[str, float] = field(default_factory=dict)   # one-off cost per row (compile, export)
+    price: Any = None            # gpulab.cost.Price: the hourly price the cost column uses
+    energy: bool | None = None
     # the ceilings the shares divide by: the given ones, raised to a row's rate when it ran faster
     flops_ceiling: float | None = field(init=False)
     bandwidth_ceiling: float | None = field(init=False)
@@ -93,6 +99,20 @@ class Comparison(TableView):
             return None
         return cost / saved
 
+    def joules_per_item(self, label: str) -> float | None:
+        """Joules per item of ``label`` (per call when it has no ``items``); None where energy was not measurable."""
+        m = self.measurement(label)
+        return m.joules_per_call if m.items is None else m.joules_per_item
+
+    def cost_per_million(self, label: str) -> float | None:
+        """USD per million items of ``label`` (calls without ``items``) at ``price`` and its measured throughput."""
+        m = self.measurement(label)
+        if self.price is None:
+            return None
+        from .cost import cost_per_million
+
+        return cost_per_million(self.price.usd_per_hour, m.items_per_s if m.items is not None else 1 / m.median_s)
+
     def to_dataframe(self) -> Any:
         """The table as a pandas DataFrame of raw numbers (seconds, items/s, bytes, fractions)."""
         import pandas as pd
@@ -114,6 +134,8 @@ class Comparison(TableView):
                 "bytes_per_s": m.bytes_per_s,
                 "fraction_of_peak_bandwidth": (m.bytes_per_s / self.bandwidth_ceiling
                                                if self.bandwidth_ceiling and m.bytes_per_s is not None else None),
+                "joules_per_item": self.joules_per_item(m.label),
+                "usd_per_million": self.cost_per_million(m.label),
                 "noisy": m.noisy,
                 "setup_s": self.setup_s.get(m.label),
                 "break_even_calls": self.break_even_calls(m.label),
@@ -138,6 +160,12 @@ class Comparison(TableView):
         header += ["% of peak FLOP/s"] if show_flops and self.peak_flops else []
         header += ["bandwidth"] if show_bw else []
         header += ["% of peak bandwidth"] if show_bw and self.peak_bandwidth else []
+        per = "item" if show_items else "call"
+        show_j = self.energy or (self.energy is None and any(self.joules_per_item(m.label) is not None for m in ms))
+        joules = [j for m in ms if (j := self.joules_per_item(m.label)) is not None]
+        j_scale, j_unit = (1e3, "mJ") if joules and max(joules) < 0.1 else (1.0, "J")
+        header += [f"{j_unit} per {per}"] if show_j else []
+        header += [f"$ per 1M {per}s"] if self.price is not None else []
         header += ["published"] if self.published else []
         rows = []
         for m in ms:
@@ -155,6 +183,12 @@ class Comparison(TableView):
             r += [fmt_rate(m.bytes_per_s)] if show_bw else []
             if show_bw and self.peak_bandwidth:
                 r += [NA if m.bytes_per_s is None else f"{m.bytes_per_s / self.bandwidth_ceiling:.0%}"]
+            if show_j:
+                j = self.joules_per_item(m.label)
+                r += ["not measurable" if j is None else f"{j * j_scale:.3g}"]
+            if self.price is not None:
+                c = self.cost_per_million(m.label)
+                r += [NA if c is None else f"{c:.3g}"]
             if self.published:
                 p = self.published.get(m.label)
                 r += [f"{p.figure} ({p.hardware}; {p.source})" if p else ""]
@@ -166,6 +200,10 @@ class Comparison(TableView):
             peaks += [fmt_rate(self.bandwidth_ceiling)] if self.bandwidth_ceiling else []
             notes.append("peak = this machine's measured limit: " + ", ".join(peaks))
             notes += list(self.ceiling_notes)
+        if show_j:
+            notes.append(_energy_note(ms))
+        if self.price is not None:
+            notes.append(f"cost = {self.price} x the measured time per {per}")
         if any(m.noisy for m in ms):
             notes.append("* noisy: IQR 10% or more of the median - re-run before trusting small differences")
         return header, rows, "; ".join(notes)
@@ -211,7 +249,22 @@ _PLOT_UNITS = {
     "flops_per_s": (1e-9, "GFLOP/s", "{:.3g}"),
     "bytes_per_s": (1e-9, "GB/s", "{:.3g}"),
     "iqr_pct": (1.0, "IQR (% of the median)", "{:.0f}%"),
+    "joules_per_item": (1.0, "joules per item (J)", "{:.3g} J"),
+    "usd_per_million": (1.0, "USD per million items", "${:.3g}"),
 }
+
+
+def _energy_note(ms: Sequence[Measurement]) -> str:
+    """Where the joules came from (each source once), or why there are none."""
+    sources = list(dict.fromkeys(m.energy.source + ("" if m.energy.counted else ", integrated from sampled power")
+                                 for m in ms if m.energy is not None and m.energy.measured))
+    reasons = list(dict.fromkeys(m.energy.reason for m in ms if m.energy is not None and not m.energy.measured))
+    if not any(m.energy is not None for m in ms):
+        reasons = ["timed without reading energy (energy=False)"]
+    text = ("J = mean power over the timed runs x the median time, from " + "; ".join(sources)) if sources else ""
+    if reasons:
+        text += ("; " if text else "") + "energy not measurable here: " + "; ".join(r for r in reasons if r)
+    return text
 
 
 def _figure(name: str, label: str, key: Any) -> Published:
@@ -224,18 +277,29 @@ def _figure(name: str, label: str, key: Any) -> Published:
 @checked(title="text")
 def compare(measurements: Sequence[Measurement], baseline: str | None = None, *, title: str = "Comparison",
             published_figures: Mapping[str, str | Published] | None = None, peak_flops: float | None = None,
-            peak_bandwidth: float | None = None, setup_s: Mapping[str, float] | None = None) -> Comparison:
+            peak_bandwidth: float | None = None, setup_s: Mapping[str, float] | None = None,
+            price_per_hour: Any = None, energy: bool | None = None) -> Comparison:
     """Build a :class:`Comparison`. ``baseline`` defaults to the first measurement's label.
 
     ``published_figures`` maps a row label to a key of :func:`gpulab.published` (or a
     :class:`Published`), shown beside that row. ``peak_flops`` / ``peak_bandwidth`` are the
     machine's measured limits (e.g. from :func:`gpulab.machine_limits`). ``setup_s`` maps a row label to a
     one-off cost in seconds (a compile, an export): the table adds it and the break-even call count.
+    ``price_per_hour``: USD per hour of the machine (a number), or a key of :func:`gpulab.cost.prices` (a published
+    on-demand price, marked as such): the table adds the cost per million items at each row's measured throughput.
+    ``energy``: None shows joules per item when a row's device counter was read; True always; False never.
     """
     ms = rows_arg("measurements", measurements, Measurement, "gl.benchmark")
     pubs = {k: (v if isinstance(v, Published) else _figure("published_figures", k, v))
             for k, v in mapping("published_figures", published_figures or {}, example="{'bf16': 'amp-pytorch'}").items()}
     if setup_s is not None:
         mapping("setup_s", setup_s, example="{'compiled': 12.5}")
+    if energy is not None and not isinstance(energy, bool):
+        raise TypeError(f"energy must be True, False or None (show the column when measured), got {energy!r}")
+    price = None
+    if price_per_hour is not None:
+        from .cost import hourly_price
+
+        price = hourly_price(price_per_hour)
     return Comparison(ms, baseline if baseline is not None else getattr(ms[0], "label", ""), title,
-                      peak_flops, peak_bandwidth, pubs, dict(setup_s or {}))
+                      peak_flops, peak_bandwidth, pubs, dict(setup_s or {}), price, energy)

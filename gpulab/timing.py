@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterator
 
 from ._check import checked, device_arg, positive
 from ._format import fmt_bytes, fmt_flops, fmt_number, fmt_rate, fmt_seconds, html_table
+from ._timing_backends import _gpu_clock_state, _perf_counter_loop, _torch_stats, _torch_timer
 
 __all__ = ["Env", "environment", "Measurement", "NoisyMeasurementWarning", "benchmark", "synchronize",
            "timer", "Stopwatch", "repeat_for"]
@@ -150,7 +151,9 @@ class Measurement:
 
     ``times_s`` holds one value per timed block (each block averages ``number_per_run`` calls).
     ``items``, ``flops`` and ``bytes_moved`` describe one call, so throughput follows from the
-    median: ``items_per_s``, ``flops_per_s`` (achieved FLOP/s) and ``bytes_per_s`` (bandwidth). Given torch's
+    median: ``items_per_s``, ``flops_per_s`` (achieved FLOP/s) and ``bytes_per_s`` (bandwidth). ``energy`` is what
+    the device's counter read over the timed runs, so ``joules_per_call`` is their mean power times the median
+    (``joules_per_item`` per item); both are None where no counter can be read. Given torch's
     Timer result (``torch_measurement``, init-only), its median, IQR, mean and noise flag are used.
     """
 
@@ -168,6 +171,7 @@ class Measurement:
     peak_memory_bytes: int | None = None
     description: str = ""
     gpu_state: dict[str, Any] | None = None  # NVML clocks/throttle reasons before and after (CUDA only)
+    energy: Any = None          # the device's Energy over the timed runs (gpulab.telemetry.energy), or None
     median_s: float = field(init=False)
     iqr_s: float = field(init=False)
     mean_s: float = field(init=False)
@@ -203,6 +207,16 @@ class Measurement:
     @property
     def bytes_per_s(self) -> float | None:
         return None if self.bytes_moved is None or self.median_s == 0 else self.bytes_moved / self.median_s
+
+    @property
+    def joules_per_call(self) -> float | None:
+        """Mean power over the timed runs times the median time (None where energy is not measurable)."""
+        return None if self.energy is None else self.energy.per_call(self.median_s)
+
+    @property
+    def joules_per_item(self) -> float | None:
+        j = self.joules_per_call
+        return None if j is None or self.items is None else j / self.items
 
     @property
     def throttled(self) -> bool | None:
@@ -267,7 +281,8 @@ class Measurement:
             "label": self.label, "median_s": self.median_s, "iqr_s": self.iqr_s, "mean_s": self.mean_s,
             "min_s": self.min_s, "runs": self.runs, "number_per_run": self.number_per_run,
             "items_per_s": self.items_per_s, "flops_per_s": self.flops_per_s, "bytes_per_s": self.bytes_per_s,
-            "peak_memory_bytes": self.peak_memory_bytes, "device": self.device, "num_threads": self.num_threads,
+            "peak_memory_bytes": self.peak_memory_bytes, "joules_per_call": self.joules_per_call,
+            "device": self.device, "num_threads": self.num_threads,
             "backend": self.backend, "env": str(self.env),
         }
 
@@ -283,6 +298,11 @@ class Measurement:
             rows.append(("bandwidth", fmt_rate(self.bytes_per_s)))
         if self.peak_memory_bytes is not None:
             rows.append(("peak memory", fmt_bytes(self.peak_memory_bytes)))
+        if self.energy is not None:
+            per = self.joules_per_call
+            rows.append(("energy", f"not measurable here: {self.energy.reason}" if per is None else
+                         f"{fmt_number(per)} J per call ({fmt_number(self.energy.watts)} W x the median; "
+                         f"{self.energy.source}{'' if self.energy.counted else ', sampled power'})"))
         if self.gpu_state:
             rows.append(("GPU clocks", self.gpu_note))
         rows.append(("where", str(self.env)))
@@ -304,11 +324,11 @@ def _check_positive(name: str, value: Any, allow_zero: bool = False, integer: bo
         raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
 
 
-@checked(fn="fn", label="name?", device="device", description="text", warn_noisy="flag")
+@checked(fn="fn", label="name?", device="device", description="text", warn_noisy="flag", energy="flag")
 def benchmark(fn: Callable[..., Any], *args: Any, label: str | None = None, warmup: int = 3,
               min_run_time: float = 1.0, items: float | None = None, flops: float | None = None,
               bytes_moved: float | None = None, device: Any = None, num_threads: int | None = None,
-              description: str = "", warn_noisy: bool = True, **kwargs: Any) -> Measurement:
+              description: str = "", warn_noisy: bool = True, energy: bool = True, **kwargs: Any) -> Measurement:
     """Time ``fn(*args, **kwargs)`` correctly and return a :class:`Measurement`.
 
     Args:
@@ -318,6 +338,8 @@ def benchmark(fn: Callable[..., Any], *args: Any, label: str | None = None, warm
         flops / bytes_moved: work per call -> achieved FLOP/s and bandwidth.
         device: where the work runs (default: inferred from tensor arguments) - decides synchronisation.
         num_threads: CPU threads for torch (default: the process's current setting).
+        energy: read the device's energy counter around the timed runs (``Measurement.joules_per_call``; an
+            :class:`~gpulab.telemetry.energy.Energy` saying why where none can be read). False skips it.
 
     Example:
         >>> import torch, gpulab as gl
@@ -348,6 +370,7 @@ def benchmark(fn: Callable[..., Any], *args: Any, label: str | None = None, warm
         fn(*args, **kwargs)
     synchronize(dev)
     before = _gpu_clock_state(dev) if kind == "cuda" else None
+    meter = _energy_meter(dev) if energy else None
 
     try:
         import torch
@@ -373,6 +396,7 @@ def benchmark(fn: Callable[..., Any], *args: Any, label: str | None = None, warm
         times, number = _perf_counter_loop(fn, args, kwargs, min_run_time)
         backend, source = "perf_counter", None
 
+    used = meter.stop() if meter is not None else None   # the Timer's last block ended synchronised
     gpu_state = None
     if before is not None:
         after = _gpu_clock_state(dev) or {}
@@ -385,7 +409,7 @@ def benchmark(fn: Callable[..., Any], *args: Any, label: str | None = None, warm
                                                   or after.get("throttle_reasons") is not None) else None}
     result = Measurement(label=label, times_s=times, number_per_run=number, device=dev, num_threads=threads,
                          env=environment(dev), backend=backend, warmup=warmup, items=items, flops=flops,
-                         bytes_moved=bytes_moved, description=description, gpu_state=gpu_state,
+                         bytes_moved=bytes_moved, description=description, gpu_state=gpu_state, energy=used,
                          torch_measurement=source)
     if result.throttled:   # heat or hardware protection; the power cap is how the card runs, so only noted
         warnings.warn(f"{label}: the GPU slowed its clocks for heat or hardware protection while timing "
@@ -397,77 +421,20 @@ def benchmark(fn: Callable[..., Any], *args: Any, label: str | None = None, warm
     return result
 
 
-def _torch_stats(m: Any, runs: int) -> tuple[float, float, float, bool] | None:
-    """Median, IQR, mean and noise flag (``has_warnings``) of a ``torch.utils.benchmark`` Measurement; None
-    for a median of zero, where torch's IQR / median check raises ZeroDivisionError."""
-    if len(m.times) != runs:
-        raise ValueError(f"torch_measurement has {len(m.times)} runs, times_s {runs}: pass the one they came from")
-    try:
-        return float(m.median), float(m.iqr), float(m.mean), bool(m.has_warnings)
-    except ZeroDivisionError:
-        return None
-
-
-def _gpu_clock_state(dev: str) -> dict[str, Any] | None:
-    """NVML's view of the CUDA device's clocks, when NVML is there (None otherwise)."""
-    from .telemetry.gpu import clock_state
-
-    try:
-        if ":" in dev:
-            index = int(dev.split(":")[1])
-        else:   # "cuda": the current device
-            import torch
-
-            index = int(torch.cuda.current_device())
-        return clock_state(index)
-    except Exception:
-        return None
-
-
-def _torch_timer() -> Any:
-    """``torch.utils.benchmark.Timer``, imported without its "No CUDA runtime is found" log line
-    (its C++ extension helper logs that on machines without a GPU; irrelevant to Python timing)."""
-    from ._tf import quiet_cpp_extension_log
-
-    with quiet_cpp_extension_log():
-        from torch.utils.benchmark import Timer
-    return Timer
-
-
-def _perf_counter_loop(fn: Callable[..., Any], args: tuple, kwargs: dict,
-                       min_run_time: float) -> tuple[tuple[float, ...], int]:
-    """Blocked timing without torch: grow the block until it lasts >= 10 ms, then repeat blocks."""
-    number, block_target = 1, min(0.01, min_run_time / 10)
-    while True:
-        t0 = time.perf_counter()
-        for _ in range(number):
-            fn(*args, **kwargs)
-        dt = time.perf_counter() - t0
-        if dt >= block_target or number >= 1 << 20:
-            break
-        number *= 10 if dt < block_target / 10 else 2
-    times, total = [dt / number], dt
-    while total < min_run_time:
-        t0 = time.perf_counter()
-        for _ in range(number):
-            fn(*args, **kwargs)
-        dt = time.perf_counter() - t0
-        times.append(dt / number)
-        total += dt
-    return tuple(times), number
-
-
 # ----------------------------------------------------------------------------------------------
 class Stopwatch:
-    """The result of :func:`timer`: ``elapsed_s`` is ``None`` while running, seconds after."""
+    """The result of :func:`timer`: ``elapsed_s`` is ``None`` while running, seconds after; ``energy`` the device's
+    :class:`~gpulab.telemetry.energy.Energy` over the block (``energy.joules`` None where it is not measurable)."""
 
     def __init__(self, label: str, device: str) -> None:
         self.label, self.device = label, device
         self.elapsed_s: float | None = None
+        self.energy: Any = None
 
     def __repr__(self) -> str:
         state = fmt_seconds(self.elapsed_s) if self.elapsed_s is not None else "running"
-        return f"{self.label}: {state} ({self.device})"
+        joules = self.energy is not None and self.energy.joules is not None
+        return f"{self.label}: {state} ({self.device}" + (f"; {fmt_number(self.energy.joules)} J)" if joules else ")")
 
     def _repr_html_(self) -> str:
         return f"<code>{self!r}</code>"
@@ -476,7 +443,7 @@ class Stopwatch:
 @checked(label="name", device="device")
 @contextmanager
 def timer(label: str = "elapsed", device: Any = None) -> Iterator[Stopwatch]:
-    """Wall time of a block, with the device synchronised at both ends.
+    """Wall time of a block, with the device synchronised at both ends, and the energy its counter read.
 
     Example:
         >>> with timer("sleep") as t:
@@ -490,12 +457,25 @@ def timer(label: str = "elapsed", device: Any = None) -> Iterator[Stopwatch]:
         device = device_kind()
     sw = Stopwatch(label, str(device))
     synchronize(device)
+    meter = _energy_meter(str(device))
     t0 = time.perf_counter()
     try:
         yield sw
     finally:
         synchronize(device)
         sw.elapsed_s = time.perf_counter() - t0
+        sw.energy = meter.stop() if meter is not None else None
+
+
+def _energy_meter(device: str) -> Any:
+    """A started :class:`~gpulab.telemetry.energy.EnergyMeter` for ``device``, or None where there is no meter
+    (an unknown device kind); reading a counter must never stop a timing."""
+    from .telemetry.energy import EnergyMeter
+
+    try:
+        return EnergyMeter(device).start()
+    except Exception:
+        return None
 
 
 @checked(fn="fn", device="device")

@@ -364,7 +364,7 @@ def test_summary_is_an_aligned_table_with_units():
 def test_summary_to_dataframe_is_the_old_frame():
     s = _summary_trace().summary()
     df = s.to_dataframe()
-    assert list(df.columns) == OLD_SUMMARY_COLUMNS and list(df.index) == ["host", "gpu0", "gpu1"]
+    assert list(df.columns) == OLD_SUMMARY_COLUMNS + ["energy_source"] and list(df.index) == ["host", "gpu0", "gpu1"]
     assert df.loc["host", "rss_peak_bytes"] == 5 * 2**30 and df.loc["gpu0", "energy_j"] == pytest.approx(120)
     assert df.loc["gpu0", "throttled_s"] == pytest.approx(0.2) and pd.isna(df.loc["gpu1", "power_mean_w"])
     assert pd.isna(df.loc["host", "gpu_util_mean_pct"]) and df["samples"].tolist() == [5, 5, 5]

@@ -41,6 +41,7 @@ class HostSampler:
         self._psutil = psutil
         self._proc = psutil.Process()
         self.cores = psutil.cpu_count(logical=True) or 1
+        self.energy_j: Any = None        # a callable giving the CPU's joules so far (the Monitor's RAPL meter), or None
         self.prime()
 
     def prime(self) -> None:
@@ -63,6 +64,8 @@ class HostSampler:
             row["process_cpu_pct"] = min(100.0, self._proc.cpu_percent() / self.cores)  # share of the machine
         row["rss_bytes"] = int(self._proc.memory_info().rss)
         row["host_mem_used_bytes"] = int(ps.virtual_memory().used)
+        if self.energy_j is not None:
+            row["energy_j"] = float(self.energy_j())
         for i, v in enumerate(per_core):
             row[f"cpu{i}_util_pct"] = v
         return row

@@ -7,7 +7,7 @@ containers rarely expose it: where no counter can be read, :func:`rapl_zones` sa
 Example:
     >>> status = rapl_zones("/no/such/folder")
     >>> status.readable, status.reason
-    (False, 'no RAPL energy counters here (/no/such/folder does not exist): CPU energy is not measurable here')
+    (False, '/no/such/folder does not exist, so there is no RAPL counter: CPU energy is not measurable here')
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from typing import Any
 __all__ = ["RaplZone", "RaplStatus", "rapl_zones", "RaplMeter", "POWERCAP"]
 
 POWERCAP = "/sys/class/powercap"
+_NOT_HERE = "CPU energy is not measurable here"
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,11 @@ class RaplStatus:
     def readable(self) -> bool:
         return bool(self.zones)
 
+    @property
+    def cause(self) -> str | None:
+        """Why no counter is readable, without the closing "not measurable here" (None when one is)."""
+        return None if self.reason is None else self.reason.replace(f": {_NOT_HERE}", "")
+
 
 def _text(path: Path) -> str | None:
     try:
@@ -59,15 +65,16 @@ def _text(path: Path) -> str | None:
         return None
 
 
-def rapl_zones(root: str | os.PathLike = POWERCAP) -> RaplStatus:
-    """The RAPL zones under ``root`` whose ``energy_uj`` this process can read. Zones of ``intel-rapl-mmio``
+def rapl_zones(root: str | os.PathLike | None = None) -> RaplStatus:
+    """The RAPL zones under ``root`` (default ``/sys/class/powercap``) whose ``energy_uj`` this process can read. Zones of ``intel-rapl-mmio``
     (a second view of the same package counter) are left out, so no energy is counted twice."""
+    root = POWERCAP if root is None else root
     if not isinstance(root, (str, os.PathLike)):
         raise TypeError(f"root must be a folder path such as {POWERCAP!r}, got {type(root).__name__} {root!r}")
     base = Path(root)
-    not_here = "CPU energy is not measurable here"
+    not_here = _NOT_HERE
     if not base.is_dir():
-        return RaplStatus(reason=f"no RAPL energy counters here ({base} does not exist): {not_here}")
+        return RaplStatus(reason=f"{base} does not exist, so there is no RAPL counter: {not_here}")
     tops = sorted(p for p in base.iterdir() if p.name.startswith("intel-rapl:") and p.name.count(":") == 1)
     found, unreadable = [], []
     for top in tops:

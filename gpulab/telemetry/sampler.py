@@ -78,6 +78,7 @@ class Monitor:
         self._live_frames = 0
         self._live_cpu_s = 0.0
         self._fig: Any = None
+        self._host_energy_note: str | None = None
 
     # ---- lifecycle ---------------------------------------------------------------------------
     def __enter__(self) -> "Monitor":
@@ -111,8 +112,13 @@ class Monitor:
                                    f"out, and {self.START_WAIT_S:g} s more were not enough): call mon.stop() again "
                                    "to wait for it, or use a new Monitor")
         from .host import HostSampler
+        from .rapl import RaplMeter
 
         host = HostSampler()
+        rapl = RaplMeter()
+        if rapl.status.readable:
+            host.energy_j = rapl.start().package_joules    # the host rows' energy_j: the CPU packages since start
+        self._host_energy_note = rapl.status.cause
         samplers = self._gpu_samplers() if self._want_gpus else []
         with self._lock:
             self._rows, self._marks, self._cpu_s, self._t_end = [], [], 0.0, None
@@ -200,10 +206,22 @@ class Monitor:
         frame = pd.DataFrame(rows)
         if frame.empty:
             frame = pd.DataFrame(columns=["t_s", "wall_time", "device", "source"])
-        return Trace(frame=frame, interval_s=self.interval, marks=tuple(self._marks),
+        return Trace(frame=frame, interval_s=self.interval, marks=tuple(self._marks), energy_notes=self._energy_notes(frame),
                      duration_s=max(0.0, end - self._t0) if self._t0 else 0.0, sampler_cpu_s=cpu_s,
                      live_cpu_s=self._live_cpu_s, notes=tuple(self._notes), devices_info=dict(self._devices_info),
                      failed_samples=sum(failed.values()), failed_by_device=failed, first_error=first_error)
+
+    def _energy_notes(self, frame: Any) -> dict[str, str]:
+        """Per device, why it has no energy figure: the host without a readable RAPL counter, a GPU that gave
+        neither an energy counter nor power."""
+        notes = {"host": self._host_energy_note} if self._host_energy_note else {}
+        for dev in dict.fromkeys(frame["device"]) if len(frame) else ():
+            f = frame[frame["device"] == dev]
+            if dev != "host" and not any(c in f and f[c].notna().any() for c in ("energy_j", "power_w")):
+                notes[dev] = ("NVML gives power and energy for the whole card, not per MIG slice" if "MIG slice"
+                              in " ".join(n for n in self._notes if n.startswith(dev + " ")) else
+                              "NVML gives neither an energy counter nor power for this GPU")
+        return notes
 
     # ---- sampling thread ---------------------------------------------------------------------
     def _gpu_samplers(self) -> list[tuple[str, Any]]:
@@ -260,6 +278,10 @@ class Monitor:
                     next_t = time.monotonic() + self.interval
                 if self._stop.wait(max(0.0, next_t - time.monotonic())):
                     break
+            with contextlib.suppress(Exception):    # one last reading at stop: the trace covers every marked phase
+                rows = self._take(host, samplers, torch_memory, time.monotonic())
+                with self._lock:
+                    self._rows.extend(rows)
         finally:
             with self._lock:
                 self._cpu_s = time.thread_time() - cpu0

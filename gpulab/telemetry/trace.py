@@ -18,6 +18,7 @@ from typing import Any
 
 from .._check import flag, path_arg
 from .._format import NA, TableView, fmt_bytes, fmt_number, html_table, text_table
+from .trace_energy import INTEGRATED, energy_notes, energy_of, phase_energy
 
 __all__ = ["Trace", "Mark", "TraceSummary", "DeviceSummary"]
 
@@ -37,7 +38,9 @@ class DeviceSummary:
 
     The host row fills the CPU fields (``cpu_util_*``: all cores; ``process_cpu_*``: this process, 100 =
     one core) and ``rss_peak_bytes``; a GPU row fills the others (NVML utilisation is the share of time any
-    kernel ran; memory is used by all processes).
+    kernel ran; memory is used by all processes). ``energy_j`` is the device's counter over the run (RAPL's
+    packages for the host), or its power integrated (``energy_source``); where neither can be read,
+    ``energy_note`` says why and there is no figure.
     """
 
     device: str
@@ -58,6 +61,9 @@ class DeviceSummary:
     throttled_s: float | None = None
     sm_active_mean_pct: float | None = None
     tensor_active_mean_pct: float | None = None
+    energy_source: str | None = None         # "counter" or "integrated power" (trace_energy.COUNTER / INTEGRATED)
+    energy_note: str | None = None           # why there is no energy figure ("not measurable here")
+    energy_per_item_j: float | None = None   # energy_j / the items given to summary()
 
     def metrics(self) -> dict[str, Any]:
         """The reported metrics by name (``samples`` first), missing ones left out."""
@@ -84,6 +90,13 @@ def _gib(n: int | None) -> str:
     return NA if n is None else f"{n / 2**30:.2f}"
 
 
+def _joules(d: DeviceSummary | None, name: str) -> str:
+    value = None if d is None else getattr(d, name)
+    if value is None:
+        return "not measurable" if d is not None and d.energy_note else NA
+    return ("~" if d.energy_source == INTEGRATED else "") + (fmt_number(value) if value >= 10 else f"{value:.3g}")
+
+
 # (header, value of a row, formatter); a column is shown when any device has a value
 _SUMMARY_COLUMNS: tuple[tuple[str, Any, Any], ...] = (
     ("util mean %", lambda d: d.cpu_util_mean_pct if d.device == "host" else d.gpu_util_mean_pct, _pct),
@@ -93,7 +106,9 @@ _SUMMARY_COLUMNS: tuple[tuple[str, Any, Any], ...] = (
     ("mem peak %", lambda d: d.mem_used_peak_pct, _pct),
     ("torch reserved (GiB)", lambda d: d.torch_reserved_peak_bytes, _gib),
     ("power mean (W)", lambda d: d.power_mean_w, lambda x: NA if x is None else f"{x:.0f}"),
-    ("energy (J)", lambda d: d.energy_j, fmt_number),
+    ("energy (J)", lambda d: d if d.energy_j is not None or d.energy_note else None, lambda d: _joules(d, "energy_j")),
+    ("J per item", lambda d: d if d.energy_per_item_j is not None or d.energy_note else None,
+     lambda d: _joules(d, "energy_per_item_j")),
     ("temp max (°C)", lambda d: d.temp_max_c, lambda x: NA if x is None else f"{x:.0f}"),
     ("throttled (s)", lambda d: d.throttled_s, lambda x: NA if x is None else f"{x:.1f}"),
     ("SM active %", lambda d: d.sm_active_mean_pct, _pct),
@@ -126,6 +141,17 @@ class TraceSummary(TableView):
     interval_s: float
     duration_s: float
     title: str = "Telemetry summary"
+    items: float | None = None     # what the run processed (samples, tokens), given to Trace.summary(items=)
+    price: Any = None              # a gpulab.cost.Price, given to Trace.summary(price_per_hour=)
+
+    @property
+    def cost_per_million_items(self) -> float | None:
+        """USD per million items: the price for the run's duration over ``items`` (None without both)."""
+        if self.price is None or not self.items or self.duration_s <= 0:
+            return None
+        from ..cost import cost_per_million
+
+        return cost_per_million(self.price.usd_per_hour, self.items / self.duration_s)
 
     def device(self, name: str) -> DeviceSummary:
         """The row of device ``name`` (``"host"``, ``"gpu0"``, ...)."""
@@ -141,7 +167,8 @@ class TraceSummary(TableView):
         return pd.DataFrame.from_dict({d.device: d.metrics() for d in self.devices}, orient="index")
 
     def _columns(self) -> tuple[list[str], list[list[str]], str]:
-        shown = [(h, get, fmt) for h, get, fmt in _SUMMARY_COLUMNS if any(get(d) is not None for d in self.devices)]
+        shown = [(h, get, fmt) for h, get, fmt in _SUMMARY_COLUMNS if any(get(d) is not None for d in self.devices)
+                 and (h != "J per item" or self.items)]
         header = ["device", "samples"] + [h for h, _, _ in shown]
         rows = [[d.device, str(d.samples)] + [fmt(get(d)) for _, get, fmt in shown] for d in self.devices]
         notes = [f"{self.duration_s:.1f} s, every {self.interval_s:g} s" if self.devices else "no samples"]
@@ -149,6 +176,7 @@ class TraceSummary(TableView):
             notes.append("host: util = CPU (all cores), mem = this process's RSS")
         if any(d.device != "host" for d in self.devices):
             notes.append("GPUs: util = share of time a kernel ran, mem = used by all processes")
+        notes += energy_notes(self)
         return header, rows, "; ".join(notes)
 
 
@@ -159,7 +187,9 @@ class Trace:
     ``frame`` columns: ``t_s`` (seconds since start), ``wall_time``, ``device`` ("host", "gpu0", ...),
     ``source`` ("host" or "nvml") and one column per metric (units in the name; missing = NaN).
 
-    ``failed_samples`` counts the readings that raised (psutil or NVML errors) and so have no row;
+    ``energy_j`` is a cumulative energy counter (NVML's for a GPU, the RAPL packages' for the host); ``energy_notes``
+    says, per device, why there is none. ``failed_samples`` counts the readings that raised (psutil or NVML errors)
+    and so have no row;
     ``failed_by_device`` splits them by device and ``first_error`` is the first one's text. A trace recorded
     or saved before they existed has none (0, ``{}``, ``None``).
     """
@@ -175,6 +205,7 @@ class Trace:
     failed_samples: int = 0
     failed_by_device: dict[str, int] = field(default_factory=dict)  # "host" -> 3
     first_error: str | None = None
+    energy_notes: dict[str, str] = field(default_factory=dict)   # device -> why its energy is not measurable
 
     def __post_init__(self) -> None:
         n = self.failed_samples
@@ -223,22 +254,44 @@ class Trace:
         f = self.frame[self.frame["device"] == device]
         return f.set_index("t_s").dropna(axis=1, how="all")
 
-    def phase_seconds(self) -> dict[str, float]:
-        """Total seconds per phase name (phases are marks with an end, or the span to the next mark)."""
-        out: dict[str, float] = {}
+    def phase_spans(self) -> list[tuple[str, float, float]]:
+        """``(name, start_s, end_s)`` of every phase in time order (a point mark lasts until the next mark)."""
         spans = sorted(self.marks, key=lambda m: m.start_s)
+        out = []
         for i, m in enumerate(spans):
             end = m.end_s
             if end is None:
                 end = spans[i + 1].start_s if i + 1 < len(spans) else self.duration_s
-            out[m.name] = out.get(m.name, 0.0) + max(0.0, end - m.start_s)
+            out.append((m.name, m.start_s, max(m.start_s, end)))
         return out
 
+    def phase_seconds(self) -> dict[str, float]:
+        """Total seconds per phase name (phases are marks with an end, or the span to the next mark)."""
+        out: dict[str, float] = {}
+        for name, start, end in self.phase_spans():
+            out[name] = out.get(name, 0.0) + end - start
+        return out
+
+    def phase_energy(self) -> Any:
+        """Joules per marked phase and device, a :class:`~gpulab.telemetry.trace_energy.PhaseEnergy`."""
+        return phase_energy(self)
+
     # ---- views -------------------------------------------------------------------------------
-    def summary(self) -> TraceSummary:
+    def summary(self, items: float | None = None, price_per_hour: Any = None) -> TraceSummary:
         """Per device: mean and p95 utilisation, peak memory, energy (J) and time throttled (s), as a
-        :class:`TraceSummary` (``.to_dataframe()`` for pandas)."""
+        :class:`TraceSummary` (``.to_dataframe()`` for pandas). ``items`` (what the run processed: samples, tokens)
+        adds joules per item; ``price_per_hour`` (USD per hour, or a key of :func:`gpulab.cost.prices`) the cost per
+        million items over the run's duration."""
         import numpy as np
+
+        price = None
+        if items is not None and (isinstance(items, bool) or not isinstance(items, numbers.Real) or not items > 0
+                                  or items == float("inf")):
+            raise ValueError(f"items must be the number of items the run processed (> 0), got {items!r}")
+        if price_per_hour is not None:
+            from ..cost import hourly_price
+
+            price = hourly_price(price_per_hour)
 
         rows = []
         for dev in self.devices:
@@ -252,6 +305,7 @@ class Trace:
                         r[col.replace("_pct", "_p95_pct")] = float(f[col].quantile(0.95))
                 if "rss_bytes" in f:
                     r["rss_peak_bytes"] = int(f["rss_bytes"].max())
+                r["energy_j"], r["energy_source"] = energy_of(f)
             else:
                 if "gpu_util_pct" in f:
                     r["gpu_util_mean_pct"] = float(f["gpu_util_pct"].mean())
@@ -262,12 +316,7 @@ class Trace:
                         r["mem_used_peak_pct"] = float(100 * f["mem_used_bytes"].max() / f["mem_total_bytes"].max())
                 if "torch_reserved_bytes" in f:
                     r["torch_reserved_peak_bytes"] = int(f["torch_reserved_bytes"].max())
-                if "energy_j" in f and f["energy_j"].notna().sum() >= 2:
-                    e = f["energy_j"].dropna()
-                    r["energy_j"] = float(e.iloc[-1] - e.iloc[0])
-                elif "power_w" in f and f["power_w"].notna().sum() >= 2:
-                    p = f["power_w"].dropna()
-                    r["energy_j"] = float(np.trapezoid(p.to_numpy(), p.index.to_numpy()))
+                r["energy_j"], r["energy_source"] = energy_of(f)
                 if "power_w" in f:
                     r["power_mean_w"] = float(f["power_w"].mean())
                 if "temp_c" in f:
@@ -277,8 +326,12 @@ class Trace:
                 for col in ("sm_active_pct", "tensor_active_pct"):
                     if col in f:
                         r[col.replace("_pct", "_mean_pct")] = float(f[col].mean())
+            if r["energy_j"] is None and dev in self.energy_notes:
+                r["energy_note"] = self.energy_notes[dev]
+            if r["energy_j"] is not None and items:
+                r["energy_per_item_j"] = r["energy_j"] / items
             rows.append(DeviceSummary(dev, len(f), **r))
-        return TraceSummary(tuple(rows), self.interval_s, self.duration_s)
+        return TraceSummary(tuple(rows), self.interval_s, self.duration_s, items=items, price=price)
 
     def diagnose(self) -> Any:
         """A verdict with its evidence (see :mod:`gpulab.telemetry.diagnose`)."""

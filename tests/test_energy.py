@@ -1,0 +1,240 @@
+"""Energy beside time: gpulab.telemetry.energy against a fake RAPL sysfs and the fake NVML (real pynvml errors and
+constants), joules per call in gl.benchmark / gl.timer, joules and cost per item in gl.compare, the Monitor's
+summary and per-phase joules, and the "not measurable here" path of a machine without counters (this CI's)."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import fake_nvml
+import pandas as pd
+import pynvml
+import pytest
+
+import gpulab as gl
+from gpulab.telemetry import nvml, rapl
+from gpulab.telemetry.energy import Energy, EnergyMeter
+from gpulab.telemetry.rapl import RaplZone
+from gpulab.telemetry.trace import Mark, Trace
+
+WRAP = 262_143_328_850
+
+
+def _zone(folder: Path, name: str, energy: int, wrap: int = WRAP) -> None:
+    folder.mkdir(parents=True)
+    (folder / "name").write_text(name + "\n")
+    (folder / "energy_uj").write_text(f"{energy}\n")
+    (folder / "max_energy_range_uj").write_text(f"{wrap}\n")
+
+
+@pytest.fixture
+def package_at(tmp_path, monkeypatch):
+    """One RAPL package whose counter runs at ``watts`` (a clock-driven counter), wrapping at ``wrap``."""
+    root = tmp_path / "powercap"
+
+    def install(watts: float = 40.0, wrap: int = WRAP, start_uj: int = 0):
+        _zone(root / "intel-rapl:0", "package-0", 0, wrap)
+        t0 = time.monotonic()
+        monkeypatch.setattr(RaplZone, "read_uj",
+                            lambda self: int(start_uj + watts * 1e6 * (time.monotonic() - t0)) % self.max_range_uj)
+        monkeypatch.setattr(rapl, "POWERCAP", str(root))
+        return root
+
+    return install
+
+
+@pytest.fixture
+def scripted(monkeypatch):
+    fake = fake_nvml.make_module()
+    nvml._reset()
+    monkeypatch.setattr(nvml, "_load", lambda: fake)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    yield fake
+    nvml._reset()
+
+
+# ---- the CPU: RAPL ---------------------------------------------------------------------------------------------
+def test_cpu_joules_per_call_are_mean_power_times_the_median(package_at):
+    package_at(watts=40.0)
+    m = gl.benchmark(sum, range(20_000), min_run_time=0.3, items=100, warn_noisy=False)
+    assert m.energy.measured and m.energy.counted and "RAPL" in m.energy.source
+    assert m.energy.watts == pytest.approx(40.0, rel=0.05)
+    assert m.joules_per_call == pytest.approx(m.energy.watts * m.median_s)
+    assert m.joules_per_item == pytest.approx(m.joules_per_call / 100)
+    assert "J per call" in repr(m) and "W x the median" in repr(m)
+
+
+def test_the_counter_wrapping_during_a_block_is_added_back(package_at):
+    package_at(watts=100.0, wrap=100_000_000, start_uj=99_000_000)   # wraps 10 ms in (then every second)
+    with gl.timer("block") as t:
+        time.sleep(0.5)
+    assert t.energy.joules == pytest.approx(100.0 * t.elapsed_s, rel=0.1)
+    assert "J)" in repr(t)
+
+
+def test_counters_only_root_may_read_give_no_figure_and_say_so(package_at, monkeypatch):
+    root = package_at()
+    monkeypatch.setattr(RaplZone, "read_uj", lambda self: (_ for _ in ()).throw(PermissionError(13, "denied")))
+    real = Path.read_text
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: (_ for _ in ()).throw(PermissionError(13, "denied"))
+                        if self.name == "energy_uj" else real(self, *a, **k))
+    e = EnergyMeter("cpu", rapl_root=root).start().stop()
+    assert e.joules is None and "root only" in e.reason and "not measurable here" in str(e)
+    assert e.watts is None and e.per_call(1.0) is None
+
+
+def test_this_machine_either_measures_or_says_not_measurable():
+    """CI machines are VMs: no RAPL. Wherever a counter is readable, the figure is a positive number instead."""
+    m = gl.benchmark(sum, range(1000), min_run_time=0.05, items=1, warn_noisy=False)
+    status = rapl.rapl_zones()
+    if status.readable:
+        assert m.joules_per_call > 0
+    else:
+        assert m.joules_per_call is None and m.energy.reason == status.cause
+        assert "not measurable here" in repr(m)
+        table = gl.compare([m], energy=True, price_per_hour=1.0)
+        assert "not measurable" in repr(table) and "J per item" in repr(table)
+        assert "J per" not in repr(gl.compare([m]))           # by default the column shows only with a figure
+        assert pd.isna(table.to_dataframe().loc[m.label, "joules_per_item"])
+
+
+def test_benchmark_energy_false_reads_nothing(monkeypatch):
+    monkeypatch.setattr(EnergyMeter, "start", lambda self: pytest.fail("energy=False must not read a counter"))
+    m = gl.benchmark(sum, range(100), min_run_time=0.02, energy=False, warn_noisy=False)
+    assert m.energy is None and m.joules_per_call is None
+
+
+# ---- GPUs: NVML's energy counter, power integrated where there is none ------------------------------------------
+def test_the_fake_answers_as_pynvml_does(scripted):
+    """The energy call of the fake is pynvml's (same name and parameters, tests/test_fakes_match_real.py) and a
+    GPU without it raises pynvml's own NotSupported error."""
+    t4 = scripted.nvmlDeviceGetHandleByIndex(1)
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        scripted.nvmlDeviceGetTotalEnergyConsumption(t4)
+    assert pynvml.NVMLError_NotSupported is type(pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED))
+    assert scripted.nvmlDeviceGetTotalEnergyConsumption(scripted.nvmlDeviceGetHandleByIndex(0)) == 1_000_000
+
+
+def test_the_gpu_counter_gives_joules(scripted, pretend_gpus):
+    pretend_gpus(3)
+    meter = EnergyMeter("cuda:0").start()
+    scripted.ticks[0] = 11                     # ten scripted samples later: 10 x 35 J
+    e = meter.stop()
+    assert e.joules == pytest.approx(350.0) and e.counted and "NVML energy counter" in e.source
+
+
+def test_a_gpu_without_counter_or_power_is_not_measurable(scripted, pretend_gpus):
+    pretend_gpus(3)
+    e = EnergyMeter("cuda:1").start().stop()          # the scripted T4: power and energy NotSupported
+    assert e.joules is None and "neither an energy counter nor power" in e.reason
+
+
+def test_power_is_integrated_where_the_counter_is_missing(fake_nvml, pretend_gpus):
+    fake = fake_nvml(gpus=(("NVIDIA A100-SXM4-40GB", (8, 0), 40 * 2**30),))
+    fake.gpus[0].unsupported = frozenset({"nvmlDeviceGetTotalEnergyConsumption"})
+    with EnergyMeter("cuda:0") as meter:
+        time.sleep(0.3)
+    e = meter.energy
+    assert not e.counted and "power read every" in e.source
+    assert e.joules == pytest.approx(350.0 * e.seconds, rel=0.15)        # the scripted 350 W
+    assert "integrated from sampled power" in str(e)
+
+
+def test_fake_gpu_table_has_joules_and_cost(scripted, pretend_gpus, monkeypatch):
+    """Two variants timed on the fake H100 whose counter runs at 300 W and then 150 W: joules per item follow."""
+    import torch
+
+    pretend_gpus(3)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+    watts = {"w": 300.0}
+    t0 = time.monotonic()
+    real = scripted.nvmlDeviceGetTotalEnergyConsumption
+
+    def counter(handle):                   # the real fake's answer plus joules that accrue with time
+        return real(handle) + int(1000 * watts["w"] * (time.monotonic() - t0))
+
+    monkeypatch.setattr(scripted, "nvmlDeviceGetTotalEnergyConsumption", counter)
+    fast = gl.benchmark(lambda: time.sleep(0.002), label="bf16", device="cuda:0", items=64, min_run_time=0.2,
+                        warn_noisy=False)
+    watts["w"] = 150.0
+    t0 = time.monotonic()
+    slow = gl.benchmark(lambda: time.sleep(0.004), label="fp32", device="cuda:0", items=64, min_run_time=0.2,
+                        warn_noisy=False)
+    table = gl.compare([slow, fast], baseline="fp32", price_per_hour=3.6)
+    text = repr(table)
+    assert "mJ per item" in text and "$ per 1M items" in text and "NVML energy counter" in text
+    df = table.to_dataframe()
+    assert df.loc["bf16", "joules_per_item"] == pytest.approx(300.0 * fast.median_s / 64, rel=0.2)
+    assert df.loc["fp32", "usd_per_million"] == pytest.approx(1e6 / slow.items_per_s * 3.6 / 3600, rel=1e-9)
+    print(table)
+
+
+# ---- the Monitor: summary and phases ------------------------------------------------------------------------------
+def _trace(**kw) -> Trace:
+    t = [0.0, 1.0, 2.0, 3.0, 4.0]
+    gpu = pd.DataFrame({"t_s": t, "device": "gpu0", "source": "nvml", "energy_j": [1000.0, 1300.0, 1600.0, 1700.0,
+                                                                                    1800.0], "power_w": 300.0})
+    old = pd.DataFrame({"t_s": t, "device": "gpu1", "source": "nvml", "power_w": [100.0] * 5})
+    host = pd.DataFrame({"t_s": t, "device": "host", "source": "host", "cpu_util_pct": 50.0})
+    marks = (Mark("train", 0.0, 2.0), Mark("eval", 2.0, 4.0), Mark("late", 4.5, 5.0))
+    return Trace(pd.concat([host, gpu, old], ignore_index=True), 1.0, marks=marks, duration_s=5.0, **kw)
+
+
+def test_summary_per_item_and_cost_and_the_sampled_fallback_said():
+    s = _trace(energy_notes={"host": "no RAPL zones"}).summary(items=2000, price_per_hour=3.6)
+    assert s.device("gpu0").energy_j == pytest.approx(800.0) and s.device("gpu0").energy_source == "counter"
+    assert s.device("gpu1").energy_j == pytest.approx(400.0) and s.device("gpu1").energy_source == "integrated power"
+    assert s.device("gpu0").energy_per_item_j == pytest.approx(0.4) and s.device("host").energy_j is None
+    assert s.cost_per_million_items == pytest.approx(3.6 / 3600 * 5.0 / 2000 * 1e6)
+    text = repr(s)
+    assert "~400" in text and "25% of the" in text and "arXiv 2312.02741" in text
+    assert "host energy not measurable here: no RAPL zones" in text and "not measurable" in text.splitlines()[3]
+    assert "J per item" in text and "$2.5 per million items" in text
+    assert "J per item" not in repr(_trace().summary())             # no items, no column
+
+
+def test_joules_per_phase_from_the_counter_and_from_power():
+    pe = _trace(energy_notes={"host": "no RAPL zones"}).phase_energy()
+    assert pe.joules("train", "gpu0") == pytest.approx(600.0) and pe.joules("eval", "gpu0") == pytest.approx(200.0)
+    assert pe.joules("train", "gpu1") == pytest.approx(200.0)
+    assert pe.joules("late", "gpu0") is None                          # after the last sample: no figure
+    assert pe.joules("train", "host") is None and "host energy not measurable here" in repr(pe)
+    assert "~200" in repr(pe) and "not covered by samples" in repr(pe)
+    assert list(pe.to_dataframe().columns) == ["seconds", "host_j", "gpu0_j", "gpu1_j"]
+    with pytest.raises(KeyError, match="phases"):
+        pe.joules("nope", "gpu0")
+
+
+def test_monitor_records_gpu_counters_and_says_which_gpu_has_none(scripted):
+    with gl.Monitor(interval=0.02) as mon:
+        with mon.phase("work"):
+            time.sleep(0.25)
+    tr = mon.trace
+    s = tr.summary()
+    assert s.device("gpu0").energy_j > 0 and s.device("gpu0").energy_source == "counter"
+    assert "neither an energy counter nor power" in tr.energy_notes["gpu1"]
+    assert s.device("gpu1").energy_note and "gpu1 energy not measurable here" in repr(s)
+    assert "host" in tr.energy_notes or s.device("host").energy_j is not None
+    assert tr.phase_energy().joules("work", "gpu0") is not None
+
+
+def test_monitor_reads_rapl_for_the_host(package_at):
+    package_at(watts=25.0)
+    with gl.Monitor(interval=0.05, gpus=False) as mon:
+        time.sleep(0.4)
+    s = mon.trace.summary()
+    host = s.device("host")
+    span = mon.trace.device_frame("host").index
+    assert host.energy_j == pytest.approx(25.0 * (span[-1] - span[0]), rel=0.25)
+    assert "RAPL" in repr(s) and "host" not in mon.trace.energy_notes
+
+
+def test_energy_renders():
+    e = Energy("cpu", 1.0, None, "", "no RAPL zones")
+    assert "not measurable here" in e._repr_html_()
+    with pytest.raises(RuntimeError, match="before start"):
+        EnergyMeter("cpu").stop()
+    with pytest.raises(ValueError, match="tpu"):
+        EnergyMeter("tpu")
