@@ -27,7 +27,7 @@ from ._format import TableView
 from .figures.prices import PRICES, Price, _usd
 from .reference import gpu_spec
 
-__all__ = ["Price", "PriceTable", "hourly_price", "price_for_gpu", "cost_per_million", "prices"]
+__all__ = ["Price", "PriceTable", "hourly_price", "price_for_gpu", "price_here", "cost_per_million", "prices"]
 
 
 def _by_key() -> dict[str, Price]:
@@ -95,6 +95,26 @@ def price_for_gpu(name: str) -> Price | None:
         if p.gpu is not None and gpu_spec(p.gpu).name == spec.name:
             return p
     return None
+
+
+def price_here(device: Any = None) -> Price | None:
+    """The reference price of the GPU this process computes on (``device``, default the current CUDA device), or
+    None: on a CPU, an Apple GPU, a MIG slice or a GPU without a listed price (then pass your own price).
+
+    Example:
+        >>> price_here("cpu") is None
+        True
+    """
+    kind = "cpu" if device is None else str(getattr(device, "type", device)).split(":")[0]
+    try:
+        import torch
+    except ImportError:
+        return None
+    if device is None:
+        kind = "cuda" if torch.cuda.is_available() else "cpu"
+    if kind != "cuda" or not torch.cuda.is_available():
+        return None
+    return price_for_gpu(torch.cuda.get_device_name(None if device is None else torch.device(device)))
 
 
 def cost_per_million(usd_per_hour: float, items_per_s: float | None) -> float | None:

@@ -42,6 +42,7 @@ Example:
 from . import models, scripts
 from .narrate import Narration, narrate
 from .lesson_setup import setup
+from .pricing import describe_price, lesson_price
 from .prediction import (Prediction, PredictionTable, VersusPrediction, compare_predictions, predict, predictions,
                          versus_prediction)
 from .amdahl import SerialParallelStep, python_work, serial_parallel_step, speedup_needed
@@ -103,7 +104,7 @@ from .capstone_report import check_tracked, RecipeChallenge, ResultsCard, recipe
 from .capstone_mfu import MFU, mfu_report
 
 __all__ = [
-    "setup",
+    "setup", "lesson_price", "describe_price",
     "FusedChallenge", "fused_challenge", "matmul_global_bytes", "MatmulCoalescing", "WarpLoad", "matmul_coalescing", "warp_sectors", "CompiledTraining", "compiled_training", "TorchFeature", "torch_feature",
     "digits", "Digits", "PerSampleDigits", "to_features", "Recipe", "RecipeRun", "train_recipe", "recipe_stepper", "seed_model",
     "digits_on_disk", "ablate", "Ablation", "AblationStep", "Change", "torch_ablation", "torch_changes", "largest_batch", "interleaved_gain",
