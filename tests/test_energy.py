@@ -238,3 +238,12 @@ def test_energy_renders():
         EnergyMeter("cpu").stop()
     with pytest.raises(ValueError, match="tpu"):
         EnergyMeter("tpu")
+
+
+def test_a_logged_trace_keeps_why_energy_was_not_measurable():
+    from gpulab.tracking._store import trace_files, trace_from_files
+
+    tr = _trace(energy_notes={"host": "no RAPL zones"})
+    back = trace_from_files(*trace_files(tr).values())
+    assert back.energy_notes == {"host": "no RAPL zones"}
+    assert back.phase_energy().joules("train", "gpu0") == pytest.approx(600.0)

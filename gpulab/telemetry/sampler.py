@@ -251,6 +251,7 @@ class Monitor:
         return out
 
     def _run(self, host: Any, samplers: list[tuple[str, Any]]) -> None:
+        from . import host as host_mod
         from .host import torch_memory
 
         cpu0 = time.thread_time()
@@ -260,7 +261,7 @@ class Monitor:
         failures = 0
         try:
             while True:
-                now = time.monotonic()
+                now = last = time.monotonic()
                 try:
                     rows = self._take(host, samplers, torch_memory, now)
                     with self._lock:
@@ -278,10 +279,13 @@ class Monitor:
                     next_t = time.monotonic() + self.interval
                 if self._stop.wait(max(0.0, next_t - time.monotonic())):
                     break
-            with contextlib.suppress(Exception):    # one last reading at stop: the trace covers every marked phase
-                rows = self._take(host, samplers, torch_memory, time.monotonic())
-                with self._lock:
-                    self._rows.extend(rows)
+            # one last reading at stop, so the trace covers every marked phase: only with a CPU window behind it
+            # (a stop right after a sample is covered by that sample, within the window)
+            if time.monotonic() - last >= host_mod.MIN_CPU_WINDOW_S:
+                with contextlib.suppress(Exception):
+                    rows = self._take(host, samplers, torch_memory, time.monotonic())
+                    with self._lock:
+                        self._rows.extend(rows)
         finally:
             with self._lock:
                 self._cpu_s = time.thread_time() - cpu0

@@ -50,7 +50,8 @@ def energy_of(f: Any) -> tuple[float | None, str | None]:
 def energy_between(f: Any, start: float, end: float, slack_s: float = 0.0) -> float | None:
     """Joules a device used from ``start`` to ``end`` (seconds since the trace began), or None when the span is not
     inside the sampled time or the device has no energy figure. A start up to ``slack_s`` before the first sample (a
-    phase begun as the Monitor started, before its thread's first reading) is read from that sample."""
+    phase begun as the Monitor started, before its thread's first reading) is read from that sample, and an end up to
+    ``slack_s`` after the last (a phase ended as the Monitor stopped) up to that one."""
     import numpy as np
 
     e, kind = _series(f, "energy_j"), COUNTER
@@ -61,6 +62,8 @@ def energy_between(f: Any, start: float, end: float, slack_s: float = 0.0) -> fl
     t, v = e.index.to_numpy(dtype=float), e.to_numpy(dtype=float)
     if t[0] - slack_s <= start < t[0]:
         start = float(t[0])
+    if t[-1] < end <= t[-1] + slack_s:
+        end = float(t[-1])
     if start < t[0] or end > t[-1] or end < start:
         return None
     if kind == COUNTER:

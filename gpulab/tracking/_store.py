@@ -306,6 +306,7 @@ def trace_files(trace: Any) -> dict[str, str]:
             "sampler_cpu_s": trace.sampler_cpu_s, "live_cpu_s": trace.live_cpu_s, "notes": list(trace.notes),
             "devices_info": dict(trace.devices_info), "failed_samples": trace.failed_samples,
             "failed_by_device": dict(trace.failed_by_device), "first_error": trace.first_error,
+            "energy_notes": dict(trace.energy_notes),
             "marks": [{"name": m.name, "start_s": m.start_s, "end_s": m.end_s} for m in trace.marks],
             "dtypes": {str(c): str(t) for c, t in frame.dtypes.items()}}
     return {TRACE_FILES[0]: frame.to_csv(index=False), TRACE_FILES[1]: json.dumps(meta, indent=1)}
@@ -330,7 +331,8 @@ def trace_from_files(csv_text: str, json_text: str) -> Any:
     return Trace(frame, meta["interval_s"], marks=marks, duration_s=meta["duration_s"],
                  sampler_cpu_s=meta["sampler_cpu_s"], live_cpu_s=meta["live_cpu_s"], notes=tuple(meta["notes"]),
                  devices_info=dict(meta["devices_info"]), failed_samples=meta.get("failed_samples", 0),
-                 failed_by_device=dict(meta.get("failed_by_device", {})), first_error=meta.get("first_error"))
+                 failed_by_device=dict(meta.get("failed_by_device", {})), first_error=meta.get("first_error"),
+                 energy_notes=dict(meta.get("energy_notes", {})))
 
 
 def trace_points(trace: Any) -> list[tuple[str, float, float, int]]:
