@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 from .system import SystemInfo, cuda_hidden_by_env, system_info
 
-__all__ = ['Diagnosis', 'Report', 'diagnose', 'doctor']
+__all__ = ['Diagnosis', 'Report', 'diagnose', 'doctor', 'energy_diagnoses']
 
 
 # ----------------------------------------------------------------------------------------------
@@ -250,6 +250,45 @@ def diagnose(info: SystemInfo) -> list[Diagnosis]:
     return sorted(out, key=lambda d: order[d.level])
 
 
+def energy_diagnoses(device: str, rapl: Any, gpu_counter: bool | None) -> list[Diagnosis]:
+    """What energy figures this machine can give: the CPU's RAPL counters (``rapl``: a
+    :class:`~gpulab.telemetry.rapl.RaplStatus`) on a CPU, NVML's energy counter on a GPU (``gpu_counter``: True, False
+    when NVML answers without one, None without NVML).
+
+    Example:
+        >>> from gpulab.telemetry.rapl import rapl_zones
+        >>> [d.code for d in energy_diagnoses("cpu", rapl_zones("/no/such/folder"), None)]
+        ['energy-cpu']
+    """
+    if device == "cuda":
+        if gpu_counter:
+            return [Diagnosis("ok", "energy-gpu", "The GPU's energy counter (NVML) is readable: gl.benchmark, gl.timer "
+                              "and gl.compare show joules per call and item.")]
+        return [Diagnosis("info", "energy-gpu", "The GPU gives no energy counter (NVML has none before Volta, per "
+                          "MIG slice or on some vGPUs" + ("" if gpu_counter is False else "; NVML is not available")
+                          + "): energy is integrated from sampled power where NVML reports power, else not measurable.")]
+    if rapl.readable:
+        return [Diagnosis("ok", "energy-cpu", f"The CPU's RAPL energy counters are readable "
+                          f"({', '.join(z.name for z in rapl.zones)}): tables show joules (every program on the "
+                          "packages counts).")]
+    fix = ("sudo chmod o+r /sys/class/powercap/intel-rapl:*/energy_uj (until the next boot)" if rapl.unreadable
+           else "")
+    return [Diagnosis("info", "energy-cpu", f"CPU energy is not measurable here ({rapl.cause}): tables show "
+                      "'not measurable' instead of joules.", fix)]
+
+
+def _energy(info: SystemInfo) -> list[Diagnosis]:
+    from .telemetry import nvml
+    from .telemetry.rapl import rapl_zones
+
+    device = info.capabilities.device
+    counter = None
+    if device == "cuda" and nvml.status().available:
+        handle = nvml.cuda_handle(0)
+        counter = handle is not None and nvml.query("nvmlDeviceGetTotalEnergyConsumption", handle) is not None
+    return energy_diagnoses(device, rapl_zones(), counter) if device in ("cpu", "cuda") else []
+
+
 def doctor(frameworks: Iterable[str] = ("torch", "tensorflow", "dali")) -> Report:
     """Check the machine and stack; return a :class:`Report` with actionable diagnoses.
 
@@ -260,4 +299,5 @@ def doctor(frameworks: Iterable[str] = ("torch", "tensorflow", "dali")) -> Repor
         True
     """
     info = system_info(frameworks)
-    return Report(info, tuple(diagnose(info)))
+    order = {"error": 0, "warning": 1, "info": 2, "ok": 3}
+    return Report(info, tuple(sorted(diagnose(info) + _energy(info), key=lambda d: order[d.level])))

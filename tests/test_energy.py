@@ -247,3 +247,20 @@ def test_a_logged_trace_keeps_why_energy_was_not_measurable():
     back = trace_from_files(*trace_files(tr).values())
     assert back.energy_notes == {"host": "no RAPL zones"}
     assert back.phase_energy().joules("train", "gpu0") == pytest.approx(600.0)
+
+
+def test_doctor_says_what_energy_this_machine_can_give(package_at, monkeypatch):
+    from gpulab.diagnosis import energy_diagnoses
+    from gpulab.telemetry.rapl import RaplStatus
+
+    readable = energy_diagnoses("cpu", rapl.rapl_zones(package_at()), None)
+    assert readable[0].level == "ok" and "package-0" in readable[0].message
+    root_only = RaplStatus(reason="readable by root only here: CPU energy is not measurable here",
+                           unreadable=("package-0",))
+    d = energy_diagnoses("cpu", root_only, None)[0]
+    assert d.level == "info" and "not measurable here" in d.message and "chmod" in d.fix
+    assert energy_diagnoses("cpu", rapl.rapl_zones("/no/such"), None)[0].fix == ""        # a VM: nothing to do
+    assert energy_diagnoses("cuda", root_only, True)[0].level == "ok"
+    assert "no energy counter" in energy_diagnoses("cuda", root_only, False)[0].message
+    codes = [x.code for x in gl.doctor(frameworks=("torch",)).diagnoses]
+    assert "energy-cpu" in codes or "energy-gpu" in codes
