@@ -27,7 +27,7 @@ from ._format import TableView
 from .figures.prices import PRICES, Price, _usd
 from .reference import gpu_spec
 
-__all__ = ["Price", "PriceTable", "hourly_price", "price_for_gpu", "price_here", "cost_per_million", "prices"]
+__all__ = ["Price", "PriceTable", "hourly_price", "price_for_gpu", "price_here", "price_mismatch", "cost_per_million", "prices"]
 
 
 def _by_key() -> dict[str, Price]:
@@ -115,6 +115,25 @@ def price_here(device: Any = None) -> Price | None:
     if kind != "cuda" or not torch.cuda.is_available():
         return None
     return price_for_gpu(torch.cuda.get_device_name(None if device is None else torch.device(device)))
+
+
+def price_mismatch(price: Price, device_name: str) -> str | None:
+    """A note when ``price`` is a GPU's and the work ran on another device (``device_name`` as measured: a CPU's
+    model, a GPU's name): the cost is then a what-if, not this machine's. None when the price fits or is yours.
+
+    Example:
+        >>> from gpulab.figures.prices import PRICES
+        >>> price_mismatch(PRICES[0], "AMD EPYC").startswith("a what-if")
+        True
+    """
+    if price.gpu is None:
+        return None
+    try:
+        same = gpu_spec(device_name).name == gpu_spec(price.gpu).name
+    except KeyError:
+        same = False
+    return None if same else (f"a what-if: the {price.gpu} price over times measured on {device_name}, not what "
+                              "this machine costs")
 
 
 def cost_per_million(usd_per_hour: float, items_per_s: float | None) -> float | None:

@@ -203,7 +203,10 @@ class Comparison(TableView):
         if show_j:
             notes.append(_energy_note(ms))
         if self.price is not None:
-            notes.append(f"cost = {self.price} x the measured time per {per}")
+            from .cost import price_mismatch
+
+            whatif = price_mismatch(self.price, env.device_name)
+            notes.append(f"cost = {self.price} x the measured time per {per}" + (f" ({whatif})" if whatif else ""))
         if any(m.noisy for m in ms):
             notes.append("* noisy: IQR 10% or more of the median - re-run before trusting small differences")
         return header, rows, "; ".join(notes)

@@ -264,3 +264,13 @@ def test_doctor_says_what_energy_this_machine_can_give(package_at, monkeypatch):
     assert "no energy counter" in energy_diagnoses("cuda", root_only, False)[0].message
     codes = [x.code for x in gl.doctor(frameworks=("torch",)).diagnoses]
     assert "energy-cpu" in codes or "energy-gpu" in codes
+
+
+def test_a_gpu_price_over_cpu_times_is_called_a_what_if():
+    from gpulab.cost import hourly_price, price_mismatch
+
+    m = gl.benchmark(sum, range(100), min_run_time=0.02, items=1, warn_noisy=False)
+    h100 = hourly_price("aws-p5-h100")
+    assert "a what-if: the H100 SXM price" in repr(gl.compare([m], price_per_hour=h100))
+    assert "what-if" not in repr(gl.compare([m], price_per_hour=0.5))        # your own price: yours to judge
+    assert price_mismatch(h100, "NVIDIA H100 80GB HBM3") is None
