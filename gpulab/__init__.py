@@ -49,7 +49,7 @@ in a terminal.
 The names above (``gpulab.__all__``) are the stable toolkit, grouped by topic in the sidebar.
 Everything else lives one level down, by concern: ``gl.timing``, ``gl.limits`` (measured
 ceilings), ``gl.roofline``, ``gl.work`` (a call's FLOPs and bytes per operator), ``gl.transformer`` (a GPT's
-parameters, FLOPs per token, MFU and KV cache), ``gl.reference``,
+parameters, FLOPs per token, MFU and KV cache), ``gl.attention`` (which SDPA kernel runs, and why not the others), ``gl.reference``,
 ``gl.system``, ``gl.diagnosis``, ``gl.compiling`` (torch.compile reports, CUDA graphs, ONNX
 Runtime), ``gl.kernels`` (your own Triton and Numba CUDA kernels: checks, timing, traffic,
 roofline; C++/CUDA extensions), ``gl.streams`` (work on CUDA streams timed with events),
@@ -62,7 +62,7 @@ TensorBoard), ``gl.transfer``, ``gl.errors``.
 The course's own scaffolding (reference models, synthetic data, lesson demonstrations, exercise
 checks) is ``from gpulab import course``, documented apart.
 """
-from . import (compiling, cost, data, diagnosis, distributed, errors, interleaved, kernels, limits, memory, plots,
+from . import (attention, compiling, cost, data, diagnosis, distributed, errors, interleaved, kernels, limits, memory, plots,
                precision, profiling, reference, roofline, session, streams, system, tables, telemetry, timing, tracking,
                transfer, transformer, work)
 from ._deprecated import deprecated_attribute, deprecated_names
