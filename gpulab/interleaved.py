@@ -26,7 +26,7 @@ import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Mapping
 
-from .timing import Measurement, _threads, environment, synchronize
+from .timing import Measurement, _energy_meter, _threads, environment, synchronize
 from ._check import checked, per_label, positive, whole
 
 __all__ = ["benchmark_interleaved", "cpu_contention", "Contention", "BUSY_PCT", "threads"]
@@ -142,11 +142,11 @@ def threads(n: int | None) -> Iterator[int]:
         torch.set_num_threads(before)
 
 
-@checked(device="device")
+@checked(device="device", energy="flag")
 def benchmark_interleaved(fns: Mapping[str, Callable[[], Any]], *, min_run_time: float = 1.0, warmup: int = 1,
                           items: Any = None, flops: Any = None, bytes_moved: Any = None, device: Any = None,
-                          min_rounds: int = 5, max_rounds: int = 10_000, block_s: float | None = None
-                          ) -> dict[str, Measurement]:
+                          min_rounds: int = 5, max_rounds: int = 10_000, block_s: float | None = None,
+                          energy: bool = True) -> dict[str, Measurement]:
     """Time several zero-argument callables fairly: one block of each per round, in rotating order.
 
     Args:
@@ -158,6 +158,9 @@ def benchmark_interleaved(fns: Mapping[str, Callable[[], Any]], *, min_run_time:
         block_s: target duration of one timed block; short calls are repeated within a block so the
             clock's resolution and the loop's own cost do not matter (default: ``min_run_time / 50``,
             between 1 ms and 50 ms).
+        energy: read the device's energy counter around every timed block, so each variant's joules are the
+            counter over its own blocks (``Measurement.joules_per_call``); NVML's counter updates about every
+            100 ms, so short blocks need many rounds for a steady figure. False skips it.
 
     Returns a dict label -> :class:`~gpulab.Measurement`, in the order given; every Measurement has the
     same number of runs (rounds), so medians compare.
@@ -190,13 +193,23 @@ def benchmark_interleaved(fns: Mapping[str, Callable[[], Any]], *, min_run_time:
            (("items", items), ("flops", flops), ("bytes_moved", bytes_moved))}
     dev = "cpu" if device is None else str(device)
 
-    def timed(fn: Callable[[], Any], number: int) -> float:
+    meter = _energy_meter(dev) if energy else None
+    joules: dict[str, float | None] = dict.fromkeys(labels, 0.0)
+    spent: dict[str, float] = dict.fromkeys(labels, 0.0)
+
+    def timed(fn: Callable[[], Any], number: int, label: str | None = None) -> float:
         synchronize(dev)
+        e0 = meter.read() if meter is not None and label is not None else None
         t0 = time.perf_counter()
         for _ in range(number):
             fn()
         synchronize(dev)
-        return time.perf_counter() - t0
+        dt = time.perf_counter() - t0
+        if label is not None:       # each variant's joules: the counter over its own blocks only
+            e1 = meter.read() if meter is not None else None
+            spent[label] += dt
+            joules[label] = None if e0 is None or e1 is None or joules[label] is None else joules[label] + e1 - e0
+        return dt
 
     number: dict[str, int] = {}
     for k in labels:          # warm up, then repeat short calls so one block lasts about block_s
@@ -212,11 +225,12 @@ def benchmark_interleaved(fns: Mapping[str, Callable[[], Any]], *, min_run_time:
     while r < max_rounds and (r < min_rounds or time.perf_counter() - start < min_run_time):
         shift = r % len(labels)
         for k in labels[shift:] + labels[:shift]:
-            times[k].append(timed(fns[k], number[k]) / number[k])
+            times[k].append(timed(fns[k], number[k], k) / number[k])
         r += 1
     env, threads = environment(dev), _threads()
     return {k: Measurement(label=k, times_s=tuple(times[k]), number_per_run=number[k], device=dev,
                            num_threads=threads, env=env, backend="interleaved rounds", warmup=warmup,
                            items=per["items"][k], flops=per["flops"][k], bytes_moved=per["bytes_moved"][k],
-                           description=f"{r} rounds over {len(labels)} variants in rotating order")
+                           description=f"{r} rounds over {len(labels)} variants in rotating order",
+                           energy=None if meter is None else meter.part(joules[k], spent[k]))
             for k in labels}

@@ -274,3 +274,31 @@ def test_a_gpu_price_over_cpu_times_is_called_a_what_if():
     assert "a what-if: the H100 SXM price" in repr(gl.compare([m], price_per_hour=h100))
     assert "what-if" not in repr(gl.compare([m], price_per_hour=0.5))        # your own price: yours to judge
     assert price_mismatch(h100, "NVIDIA H100 80GB HBM3") is None
+
+
+def test_interleaved_variants_get_the_joules_of_their_own_blocks(package_at, monkeypatch):
+    """The counter runs at 10 W while 'light' runs and 60 W while 'heavy' does: each variant's mean power is its
+    own, though they were timed in turn."""
+    state = {"w": 10.0, "uj": 0.0, "t": time.monotonic()}
+
+    def tick():
+        now = time.monotonic()
+        state["uj"] += state["w"] * 1e6 * (now - state["t"])
+        state["t"] = now
+
+    def run(watts):
+        def fn():
+            tick()
+            state["w"] = watts
+            time.sleep(0.002)
+            tick()
+        return fn
+
+    package_at()
+    monkeypatch.setattr(RaplZone, "read_uj", lambda self: (tick(), int(state["uj"]))[1])
+    ms = gl.benchmark_interleaved({"light": run(10.0), "heavy": run(60.0)}, min_run_time=0.4, block_s=0.01)
+    assert ms["light"].energy.watts == pytest.approx(10.0, rel=0.2)
+    assert ms["heavy"].energy.watts == pytest.approx(60.0, rel=0.2)
+    assert ms["heavy"].joules_per_call == pytest.approx(60.0 * ms["heavy"].median_s, rel=0.2)
+    none = gl.benchmark_interleaved({"a": lambda: None}, min_run_time=0.02, energy=False)
+    assert none["a"].energy is None

@@ -23,7 +23,8 @@ __all__ = ["Price", "PRICES"]
 
 
 def _usd(x: float) -> str:
-    return f"${x:,.2f}" if x >= 0.995 else f"${x:.3g}"
+    """Dollars as prices are written: two decimals ($0.10, $2.74), three figures below a cent's precision ($0.526)."""
+    return f"${x:,.2f}" if x >= 0.995 or abs(x * 100 - round(x * 100)) < 1e-9 else f"${x:.3g}"
 
 
 @dataclass(frozen=True)

@@ -206,6 +206,32 @@ class EnergyMeter:
         self._power = _PowerIntegrator(read_w).start()
         self._source = f"NVML power read every {POWER_EVERY_S:g} s (no energy counter on this GPU)"
 
+    def read(self) -> float | None:
+        """Joules since :meth:`start` from a counter, without stopping (None where there is no counter: nothing
+        readable, or a GPU whose power is integrated). Cheap: one counter read."""
+        if self._t0 is None:
+            raise RuntimeError("EnergyMeter.read() before start()")
+        if self._reason is not None or self._power is not None:
+            return None
+        if self._rapl is not None:
+            try:
+                return self._rapl.package_joules()
+            except OSError:
+                return None
+        from . import nvml
+
+        mj = nvml.query("nvmlDeviceGetTotalEnergyConsumption", self._handle)
+        return None if mj is None or self._e0 is None else max(0.0, float(mj) / 1000.0 - self._e0)
+
+    def part(self, joules: float | None, seconds: float) -> Energy:
+        """An :class:`Energy` for part of this meter's window (e.g. the blocks of one variant, summed from
+        :meth:`read` differences): this meter's source, or its reason where ``joules`` is None."""
+        if joules is None:
+            why = self._reason or ("this GPU has no energy counter, and power readings are too coarse for blocks "
+                                   "this short" if self._power is not None else "no counter reading")
+            return Energy(self.device, seconds, None, "", why)
+        return Energy(self.device, seconds, joules, self._source)
+
     def stop(self) -> Energy:
         """The :class:`Energy` since :meth:`start` (also kept as ``.energy``)."""
         if self._t0 is None:
