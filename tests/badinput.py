@@ -374,7 +374,7 @@ def cases_() -> list[Case]:  # noqa: PLR0915 - one table
           {"fns": {"a": lambda: None, "b": lambda: None}, "min_run_time": 0.02},
           {"fns": [3, {"a": 3}, {}, ["a"]], "min_run_time": "pos", "warmup": "count0", "items": [-1, nan, "1", {"z": 1}],
            "flops": [-1, nan, {"z": 1}], "device": "device", "min_rounds": "count", "max_rounds": "count",
-           "block_s": "pos"}),
+           "block_s": "pos", "energy": "flag"}),
         C("timer", _ctx(gl.timer), {}, {"label": "text", "device": "device"}),
         C("interleaved.threads", _ctx(gl.interleaved.threads), {"n": 1}, {"n": "count"}),
         C("compare", gl.compare, {"measurements": [f()["a"], f()["b"]], "baseline": "a"},
@@ -633,6 +633,19 @@ def cases_() -> list[Case]:  # noqa: PLR0915 - one table
           {"train": [_none_train, _text_train]}),
         C("capstone.accuracy_floor", capstone.accuracy_floor, {"accuracies": [0.9, 0.91], "tolerance": 0.01},
           {"accuracies": [3, [], [nan], ["a"], [1.5], [-0.1]], "tolerance": [-0.1, 1.5, nan, "0.1"]}),
+        C("capstone.ablate(price)", capstone.ablate,
+          {"train": _fake_train, "baseline": {"b": 1}, "changes": [capstone.Change("b2", {"b": 2})], "apply": _apply},
+          {"price_per_hour": [0, -1.0, nan, inf, "no-such-price", True, []]}),
+        C("capstone.precision_cost", course.precision_cost,
+          {"fp32_run": _recipe_run("fp32"), "low_run": _recipe_run("bf16")},
+          {"fp32_run": [3, None, "run", _recipe_run("bf16")], "low_run": [3, None, _recipe_run("fp32")],
+           "price_per_hour": [0, -1.0, nan, inf, "no-such-price", True, []]}),
+        C("capstone.compare_precisions", course.compare_precisions,
+          {"recipe": capstone.Recipe(batch_size=64, data="host"), "data": _digits(), "epochs": 1},
+          {"recipe": [3, "fp32"], "data": [3, None, "digits"], "epochs": "count", "device": "device",
+           "price_per_hour": [0, -1.0, nan, inf, "no-such-price", True, []]}, limit_s=60),
+        C("capstone.energy_headline", course.energy_headline,
+          {"table": capstone.ablate(_fake_train, {"b": 1}, [], apply=_apply)}, {"table": [3, None, "table"]}),
     ]
 
 
@@ -803,6 +816,11 @@ def _text_train(recipe: Any, run: Any) -> Any:
 
 def _apply(recipe: Any, fields: Any) -> Any:
     return {**recipe, **fields}
+
+
+def _recipe_run(precision: str) -> Any:
+    from gpulab import course
+    return course.RecipeRun(course.Recipe(precision=precision), "cpu", 2, 100, (1.0, 1.0), (), 0.9, None, 1e6)
 
 
 @functools.lru_cache(maxsize=None)

@@ -102,13 +102,18 @@ from .capstone_torch import interleaved_gain, largest_batch, torch_ablation, tor
 from .capstone_keras import KerasRecipe, KerasRun, keras_ablation, keras_changes, train_keras_recipe
 from .capstone_report import check_tracked, RecipeChallenge, ResultsCard, recipe_ceiling, recipe_challenge, results_card, results_dir, runs_dir
 from .capstone_mfu import MFU, mfu_report
+from .capstone_energy import PrecisionCost, compare_precisions, energy_headline, precision_cost
+from .energy_lesson import (EnergyExample, PowerContrast, check_energy_reading, example_energy_trace,
+                            power_contrast)
 
 __all__ = [
     "setup", "lesson_price", "describe_price",
+    "EnergyExample", "PowerContrast", "check_energy_reading", "example_energy_trace", "power_contrast",
     "FusedChallenge", "fused_challenge", "matmul_global_bytes", "MatmulCoalescing", "WarpLoad", "matmul_coalescing", "warp_sectors", "CompiledTraining", "compiled_training", "TorchFeature", "torch_feature",
     "digits", "Digits", "PerSampleDigits", "to_features", "Recipe", "RecipeRun", "train_recipe", "recipe_stepper", "seed_model",
     "digits_on_disk", "ablate", "Ablation", "AblationStep", "Change", "torch_ablation", "torch_changes", "largest_batch", "interleaved_gain",
     "KerasRecipe", "KerasRun", "train_keras_recipe", "keras_changes", "keras_ablation",
+    "PrecisionCost", "precision_cost", "compare_precisions", "energy_headline",
     "check_tracked", "recipe_ceiling", "recipe_challenge", "RecipeChallenge", "results_card", "ResultsCard", "results_dir", "runs_dir",
     "MFU", "mfu_report",
     "serial_parallel_step", "SerialParallelStep", "python_work", "speedup_needed",

@@ -19,19 +19,18 @@ from __future__ import annotations
 import contextlib
 import math
 import numbers
-import statistics
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, Iterator, Literal
 
 from .._check import checked, path_arg, whole
 from ..compiling import keep_subnormals
-from .._format import fmt_bytes, fmt_number, fmt_seconds, html_table, text_table
 from .capstone_data import Batches as _Batches, check_pixels, digits_on_disk, features
 from .capstone_data import _grey  # noqa: F401
 from .digits import Digits
+from .recipe_run import RecipeRun, _quarter_spread  # noqa: F401
 
 __all__ = ["Recipe", "RecipeRun", "train_recipe", "recipe_stepper", "seed_model", "digits_on_disk"]
 
@@ -107,89 +106,6 @@ class Recipe:
         if self.workers:
             parts.append(f"{self.workers} workers")
         return ", ".join(parts + on)
-
-
-@dataclass(frozen=True, repr=False)
-class RecipeRun:
-    """What :func:`train_recipe` did: per-epoch wall times (device synchronised at each epoch's end), the
-    losses read every ``log_every`` steps, test accuracy, peak memory and the work per sample."""
-
-    recipe: Recipe
-    device: str
-    epochs: int
-    samples_per_epoch: int
-    epoch_times_s: tuple[float, ...]
-    losses: tuple[tuple[int, float], ...]         # (step, loss) as read with .item()
-    test_accuracy: float | None                 # None: not measured (e.g. a timing-only run)
-    peak_memory_bytes: int | None
-    flops_per_sample: float
-    memory_method: str = ""
-    chunk_rates: tuple[tuple[float, ...], ...] = ()   # per timed epoch: samples/s of each quarter of it
-    notes: tuple[str, ...] = ()
-    extra: dict[str, Any] = field(default_factory=dict)
-    diverged_at_step: int | None = None        # the step whose loss read non-finite; training stopped there
-
-    @property
-    def diverged(self) -> bool:
-        """Whether the loss became NaN or infinite (test accuracy is then NaN, and ``notes`` say what to change)."""
-        return self.diverged_at_step is not None
-
-    @property
-    def timed_epochs_s(self) -> tuple[float, ...]:
-        """The epochs timing uses: all but the first (lazy start-up, compilation, worker start), if any remain."""
-        return self.epoch_times_s[1:] or self.epoch_times_s
-
-    @property
-    def samples_per_s(self) -> float:
-        """Samples per second over the timed epochs (median epoch); NaN when no epoch finished (a diverged run)."""
-        if not self.timed_epochs_s:
-            return math.nan
-        return self.samples_per_epoch / statistics.median(self.timed_epochs_s)
-
-    @property
-    def spread_pct(self) -> float | None:
-        """How much the timed epochs disagreed, in % (see :func:`_quarter_spread`); None with fewer than two
-        timed epochs. Above 10%: the machine was busy, compare with care."""
-        return _quarter_spread(self.chunk_rates)
-
-    @property
-    def achieved_flops(self) -> float:
-        return self.flops_per_sample * self.samples_per_s
-
-    def _rows(self) -> list[tuple[str, str]]:
-        rows = [("recipe", self.recipe.describe()), ("device", self.device),
-                ("epochs", (f"{len(self.epoch_times_s)} of {self.epochs} finished" if self.diverged else
-                            f"{self.epochs}") + f" x {self.samples_per_epoch:,} samples"
-                           + "".join(f"{'; ' if i == 0 else ', '}{fmt_seconds(t)}" for i, t in enumerate(self.epoch_times_s))),
-                ("throughput", f"{fmt_number(self.samples_per_s)} samples/s"
-                               + (f" (spread {self.spread_pct:.0f}%)" if self.spread_pct is not None else "")),
-                ("test accuracy", "not measured" if self.test_accuracy is None else
-                 f"diverged at step {self.diverged_at_step}" if self.diverged else f"{self.test_accuracy:.1%}"),
-                ("peak memory", fmt_bytes(self.peak_memory_bytes))]
-        return rows + [("note", n) for n in self.notes]
-
-    def __repr__(self) -> str:
-        return "RecipeRun\n" + text_table(("", ""), self._rows())
-
-    def _repr_html_(self) -> str:
-        return html_table(("", ""), self._rows(), caption="Training run")
-
-
-def _quarter_spread(per_epoch: Any) -> float | None:
-    """Each quarter of a timed epoch compared with the same quarter of the other timed epochs (the same work,
-    so start-of-epoch costs cancel out): the median of those relative ranges, in %. None with fewer than two
-    timed epochs.
-
-    Example:
-        >>> round(_quarter_spread([(100.0, 200.0, 200.0, 200.0), (110.0, 200.0, 200.0, 180.0)]), 1)
-        4.8
-    """
-    epochs = [tuple(e) for e in per_epoch if len(e)]
-    if len(epochs) < 2:
-        return None
-    k = min(len(e) for e in epochs)
-    ranges = [(max(col) - min(col)) / statistics.median(col) for col in zip(*(e[:k] for e in epochs))]
-    return 100.0 * statistics.median(ranges)
 
 
 def seed_model() -> Any:
@@ -402,6 +318,7 @@ def _train(t: _Trainer, data: Digits, epochs: int, run: Any) -> RecipeRun:
 
     from ..memory.accounting import _optimizer_state_tensors, _tensor_bytes
     from ..roofline import count_flops
+    from ..telemetry.energy import EnergyMeter
     from ..timing import synchronize
     from .runs import _step_memory
 
@@ -412,6 +329,7 @@ def _train(t: _Trainer, data: Digits, epochs: int, run: Any) -> RecipeRun:
     if cuda:
         torch.cuda.reset_peak_memory_stats(dev)
     times: list[float] = []
+    meter, energies = EnergyMeter(dev.type if dev.index is None else str(dev)), []   # each epoch's, from its counter
     chunks: list[tuple[float, ...]] = []
     chunk = max(1, batches.steps_per_epoch() // 4)
     losses: list[tuple[int, float]] = []
@@ -420,6 +338,7 @@ def _train(t: _Trainer, data: Digits, epochs: int, run: Any) -> RecipeRun:
     with _tf32(recipe, dev):
         for epoch in range(epochs):
             synchronize(dev)
+            meter.start()
             t0 = tc = time.perf_counter()
             seen = chunk_seen = 0
             quarters: list[float] = []
@@ -441,6 +360,7 @@ def _train(t: _Trainer, data: Digits, epochs: int, run: Any) -> RecipeRun:
                     quarters.append(chunk_seen / (now - tc))
                     tc, chunk_seen = now, 0
             synchronize(dev)
+            energies.append(meter.stop())
             if diverged is not None:                      # an unfinished epoch: neither timed nor counted
                 break
             times.append(time.perf_counter() - t0)
@@ -470,8 +390,12 @@ def _train(t: _Trainer, data: Digits, epochs: int, run: Any) -> RecipeRun:
     flops = count_flops(lambda: F.cross_entropy(model(x[:1]), y[:1]).backward())
     model.zero_grad()
     notes = (_diverged_note(recipe, diverged, losses[-1][1]),) if diverged is not None else ()
+    energies = energies[:len(times)]
+    unread = next((e.reason for e in energies if not e.measured), None)
     result = RecipeRun(recipe, str(dev), epochs, per_epoch or data.n_train, tuple(times), tuple(losses), accuracy, peak,
-                       float(flops), method, tuple(chunks), notes=notes, diverged_at_step=diverged)
+                       float(flops), method, tuple(chunks), notes=notes, diverged_at_step=diverged,
+                       epoch_joules=tuple(e.joules for e in energies), energy_reason=unread,
+                       energy_source=next((e.source for e in energies if e.measured), ""))
     if run is not None:
         final = {"test_accuracy": accuracy, "samples_per_s_timed": result.samples_per_s,
                  **({"spread_pct": result.spread_pct} if result.spread_pct is not None else {})}

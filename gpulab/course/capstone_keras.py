@@ -109,6 +109,8 @@ class KerasRun:
     loss_scaling: bool
     chunk_rates: tuple[tuple[float, ...], ...] = ()   # per timed epoch: samples/s of each quarter of it
     notes: tuple[str, ...] = ()
+    # what the ablation's energy column says for a Keras run (a class constant, not a field)
+    energy_reason = "the Keras runs are not measured with the device's energy counter"
 
     @property
     def timed_epochs_s(self) -> tuple[float, ...]:

@@ -210,7 +210,8 @@ def _ceiling(dev: Any) -> Any:
 def torch_ablation(data: Digits, *, epochs: int = 3, device: Any = None, batch_size: int = 256,
                    compile_on_cpu: bool = False, track: Mapping[str, Any] | None = None,
                    accuracy_tolerance: float = 0.01, budget: int | None = None,
-                   disk_images: int | None = 6000, compare_s: float = 0.6, accuracy_seeds: int = 2) -> Ablation:
+                   disk_images: int | None = 6000, compare_s: float = 0.6, accuracy_seeds: int = 2,
+                   price_per_hour: Any = None) -> Ablation:
     """Train the seed loop, then each of :func:`torch_changes` in turn, all for ``epochs`` epochs on ``data``;
     keep a change when it is faster beyond the noise and at least as accurate as the seed loop's accuracy floor:
     the lowest test accuracy the seed loop reached over its own seed and ``accuracy_seeds`` more (trained with whole
@@ -219,10 +220,16 @@ def torch_ablation(data: Digits, *, epochs: int = 3, device: Any = None, batch_s
     ``compare_s``: seconds of interleaved steps behind each keep-or-drop decision (:func:`interleaved_gain`;
     0 compares the epochs' own throughputs instead). ``disk_images``: how many training images the "data on disk" branch reads as files (timed over 2 epochs).
     ``track``: keyword arguments of :func:`gpulab.tracking.track` (e.g. ``{"experiment": "capstone-torch",
-    "root": "runs"}``): every step is logged with its telemetry.
+    "root": "runs"}``): every step is logged with its telemetry. ``price_per_hour`` (USD per hour, a key of
+    :func:`gpulab.cost.prices` or a :class:`gpulab.cost.Price`, e.g. ``course.lesson_price(...)``) adds each step's
+    cost per million samples at its measured throughput. Each step's joules per sample come from the device's energy
+    counter around its timed epochs ("not measurable" with the reason where there is none).
     """
+    from ..cost import hourly_price
     from ..system import device as pick_device
 
+    if price_per_hour is not None:
+        hourly_price(price_per_hour)              # a bad price fails before minutes of training
     dev = pick_device(None if device is None else str(device))
     changes = torch_changes(data, device=dev, batch_size=batch_size, compile_on_cpu=compile_on_cpu, budget=budget)
     disk = data.take(disk_images) if disk_images and disk_images < data.n_train else data
@@ -249,7 +256,7 @@ def torch_ablation(data: Digits, *, epochs: int = 3, device: Any = None, batch_s
                    params=Recipe.params, ceiling=_ceiling(dev), compare=compare if compare_s else None,
                    title=f"PyTorch: the seed loop, one change at a time ({dev.type})",
                    accuracy_tolerance=accuracy_tolerance, track=track, device=str(dev), epochs=epochs,
-                   rerun=rerun if accuracy_seeds else None, accuracy_seeds=accuracy_seeds)
+                   rerun=rerun if accuracy_seeds else None, accuracy_seeds=accuracy_seeds, price_per_hour=price_per_hour)
     notes = [f"{data.n_train:,} training images ({data.source}), test accuracy on {data.n_test:,}"]
     if disk is not data:
         notes.append(f"the disk branch is timed on {disk.n_train:,} image files over 2 epochs")

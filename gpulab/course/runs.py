@@ -30,6 +30,7 @@ from .._format import TableView, NA, fmt_bytes, fmt_number, fmt_rate, html_table
 from .._check import checked, per_label, table_rows
 from ..limits import ceiling_for
 from ..reference import Published, published as _published
+from .step_energy import SHORT_STEP_S, StepEnergy
 from .training import TrainConfig, TrainResult
 
 __all__ = ["pattern_batch", "train_interleaved", "RunComparison", "compare_runs"]
@@ -151,6 +152,7 @@ def train_interleaved(runs: Mapping[str, tuple[Any, Any, TrainConfig]],
     losses: dict[str, list[Any]] = {k: [] for k in labels}
     times: dict[str, list[float]] = {k: [] for k in labels}
     peaks: dict[str, int | None] = {k: None for k in labels}
+    meters = {k: StepEnergy(prepared[k][5]) for k in labels}
     items = 0
     for step in range(steps):
         batch = get(step)
@@ -161,11 +163,13 @@ def train_interleaved(runs: Mapping[str, tuple[Any, Any, TrainConfig]],
             x, y = (t.to(dev, non_blocking=True) for t in batch)
             measure = step == memory_step
             resident = _resident_bytes(model, optimizer, (x, y)) if measure else 0
+            meters[label].start()                 # the last step ended synchronised; reads stay outside the timing
             t0 = time.perf_counter()
             with (_step_memory(dev) if measure else contextlib.nullcontext({})) as grown:
                 loss = train_step(run_model, optimizer, (x, y), config, scaler, loss_fn)
                 synchronize(dev)
             times[label].append(time.perf_counter() - t0)
+            meters[label].stop()
             losses[label].append(loss)
             if measure:
                 peaks[label] = int(resident + grown["bytes"])
@@ -176,7 +180,8 @@ def train_interleaved(runs: Mapping[str, tuple[Any, Any, TrainConfig]],
         vals = tuple(float(v) for v in torch.stack(losses[label]).float().tolist())
         method = None if not track_memory else ("cuda-allocator" if dev.type == "cuda" else "tracked-tensors")
         out[label] = TrainResult(label, vals, tuple(times[label]), items, peaks[label], config, warm,
-                                 {"interleaved_with": len(labels), "memory_method": method, "device": str(dev)})
+                                 {"interleaved_with": len(labels), "memory_method": method, "device": str(dev)},
+                                 energy=meters[label].total(skip=warm))
     return out
 
 
@@ -189,7 +194,10 @@ def _given(name: str, value: Any, labels: list[str]) -> dict[str, float]:
 @dataclass(frozen=True, repr=False)
 class RunComparison(TableView):
     """Training runs side by side (immutable): step time, speedup, peak memory, achieved FLOP/s and its
-    share of the machine's measured peak, accuracy, and the published figure. Build with :func:`compare_runs`."""
+    share of the machine's measured peak, accuracy, the published figure, and where a run carries its energy,
+    joules per item and their ratio to the baseline ("not measurable" where the counter could not be read); with
+    ``price`` (a :class:`~gpulab.cost.Price`) the cost per million items at each run's measured throughput.
+    Build with :func:`compare_runs`."""
 
     results: tuple[TrainResult, ...]
     baseline: str
@@ -198,6 +206,7 @@ class RunComparison(TableView):
     peak_flops: Mapping[str, float] = field(default_factory=dict)
     accuracy: Mapping[str, float] = field(default_factory=dict)
     published: Mapping[str, Published] = field(default_factory=dict)
+    price: Any = None
 
     def result(self, label: str) -> TrainResult:
         for r in self.results:
@@ -213,6 +222,48 @@ class RunComparison(TableView):
         """This run's peak memory / the baseline's (<1 uses less); None when not measured."""
         a, b = self.result(label).peak_memory_bytes, self.result(self.baseline).peak_memory_bytes
         return None if a is None or not b else a / b
+
+    def joules_per_item(self, label: str) -> float | None:
+        """Joules per item of ``label`` (mean power x median step / items per step); None where not measurable."""
+        return self.result(label).joules_per_item
+
+    def energy_ratio(self, label: str) -> float | None:
+        """This run's joules per item / the baseline's (<1 uses less energy per item); None without both."""
+        a, b = self.joules_per_item(label), self.joules_per_item(self.baseline)
+        return None if a is None or not b else a / b
+
+    def cost_per_million(self, label: str) -> float | None:
+        """USD per million items at ``price`` and this run's measured throughput (None without a price)."""
+        from ..cost import cost_per_million
+
+        return None if self.price is None else cost_per_million(self.price.usd_per_hour, self.result(label).items_per_s)
+
+    def energy_sentence(self, label: str) -> str:
+        """What the table says of ``label`` against the baseline: speed, joules per item (and mean power) where both
+        were measured, the reason where not, and cost per item where there is a price.
+
+        Example:
+            >>> from gpulab import course
+            >>> a = course.TrainResult("fp32", (2.0, 1.0), (0.2, 0.2), 64, None, course.TrainConfig(), 0)
+            >>> b = course.TrainResult("bf16", (2.0, 1.0), (0.1, 0.1), 64, None, course.TrainConfig(), 0)
+            >>> s = compare_runs([a, b], price_per_hour=1.0).energy_sentence("bf16")
+            >>> s.split("; ")[:2], "cost 0.50x as much" in s
+            (['bf16 ran at 2.00x the speed of fp32', 'energy was not read'], True)
+        """
+        base = self.baseline
+        parts = [f"{label} ran at {self.speedup(label):.2f}x the speed of {base}"]
+        ratio, r = self.energy_ratio(label), self.result(label)
+        if ratio is not None:
+            watts = r.energy.watts / self.result(base).energy.watts
+            parts.append(f"per item it used {ratio:.2f}x the joules (at {watts:.2f}x the mean power)")
+        else:
+            e = next((x.energy for x in (r, self.result(base)) if x.energy is not None and not x.energy.measured), None)
+            parts.append("energy was not read" if e is None and r.energy is None
+                         else f"energy not measurable here: {e.reason if e is not None else 'no figure'}")
+        if self.price is not None:
+            parts.append(f"per item it cost {self.cost_per_million(label) / self.cost_per_million(base):.2f}x as much "
+                         f"({self.price})")
+        return "; ".join(parts)
 
     def achieved_flops(self, label: str) -> float | None:
         f = self.flops_per_step.get(label)
@@ -256,6 +307,8 @@ class RunComparison(TableView):
                          "peak_memory_bytes": r.peak_memory_bytes, "memory_ratio": self.memory_ratio(r.label),
                          "flops_per_s": self.achieved_flops(r.label), "fraction_of_peak": self.fraction_of_peak(r.label),
                          "accuracy": self.accuracy.get(r.label), "final_loss": r.losses[-1],
+                         "joules_per_item": self.joules_per_item(r.label), "energy_ratio": self.energy_ratio(r.label),
+                         "usd_per_million": self.cost_per_million(r.label),
                          "published": str(self.published[r.label]) if r.label in self.published else None})
         return pd.DataFrame(rows).set_index("run")
 
@@ -265,8 +318,13 @@ class RunComparison(TableView):
         scale, unit = _time_unit([r.median_step_s for r in self.results])
         df = self.to_dataframe()
         show_flops = bool(self.flops_per_step)
-        header = ["run", f"step ({unit})", "IQR", "items/s", f"speedup vs {self.baseline}", "peak memory",
-                  "memory vs " + self.baseline]
+        show_j = any(r.energy is not None for r in self.results)
+        joules = [j for r in self.results if (j := r.joules_per_item) is not None]
+        j_scale, j_unit = (1e3, "mJ") if joules and max(joules) < 0.1 else (1.0, "J")
+        header = ["run", f"step ({unit})", "IQR", "items/s", f"speedup vs {self.baseline}"]   # time, energy, cost
+        header += [f"{j_unit} per item", f"energy vs {self.baseline}"] if show_j else []
+        header += ["$ per 1M items"] if self.price is not None else []
+        header += ["peak memory", "memory vs " + self.baseline]
         header += ["achieved", "% of peak FLOP/s"] if show_flops else []
         header += ["accuracy"] if self.accuracy else []
         header += ["final loss"]
@@ -275,9 +333,16 @@ class RunComparison(TableView):
         for label, r in df.iterrows():
             noisy = r["iqr_pct"] > 10 and len(self.result(label).steady_times_s) >= 4
             row = [label + (" *" if noisy else ""), f"{r['median_step_s'] / scale:.4g}", f"{r['iqr_pct']:.0f}%",
-                   fmt_number(r["items_per_s"]), f"{r['speedup']:.2f}x",
-                   fmt_bytes(self.result(label).peak_memory_bytes),
-                   NA if r["memory_ratio"] is None or r["memory_ratio"] != r["memory_ratio"] else f"{r['memory_ratio']:.2f}x"]
+                   fmt_number(r["items_per_s"]), f"{r['speedup']:.2f}x"]
+            if show_j:
+                j, ratio = self.joules_per_item(label), self.energy_ratio(label)
+                row += ["not measurable" if j is None else f"{j * j_scale:.3g}",
+                        NA if ratio is None else f"{ratio:.2f}x"]
+            if self.price is not None:
+                c = self.cost_per_million(label)
+                row += [NA if c is None else f"${c:.3g}"]
+            row += [fmt_bytes(self.result(label).peak_memory_bytes),
+                    NA if r["memory_ratio"] is None or r["memory_ratio"] != r["memory_ratio"] else f"{r['memory_ratio']:.2f}x"]
             if show_flops:
                 frac = self.fraction_of_peak(label)
                 row += [fmt_rate(self.achieved_flops(label), "FLOP/s"), NA if frac is None else f"{frac:.0%}"]
@@ -296,6 +361,10 @@ class RunComparison(TableView):
             notes.append("peak = this machine's measured matmul limit (" + ", ".join(fmt_rate(p, "FLOP/s") for p in peaks)
                          + ")")
             notes += list(self.ceiling_notes)
+        if show_j:
+            notes.append(_energy_note(self.results))
+        if self.price is not None:
+            notes.append(f"cost = {self.price} x the measured time per item")
         if any(row[0].endswith(" *") for row in rows):
             notes.append("* noisy: IQR 10% or more of the median - the machine was busy; compare with care")
         return header, rows, "; ".join(notes)
@@ -325,19 +394,39 @@ class RunComparison(TableView):
         return ax
 
 
+def _energy_note(results: Iterable[TrainResult]) -> str:
+    """Where each run's joules came from (each source once), or why there are none; a caution for short steps."""
+    energies = [r.energy for r in results if r.energy is not None]
+    sources = list(dict.fromkeys(e.source + ("" if e.counted else ", integrated from sampled power")
+                                 for e in energies if e.measured))
+    reasons = list(dict.fromkeys(e.reason for e in energies if not e.measured and e.reason))
+    parts = ["joules = the device's counter read around each timed step (warm-up left out): " + "; ".join(sources)
+             ] if sources else []
+    parts += ["energy not measurable here: " + "; ".join(reasons)] if reasons else []
+    short = [r for r in results if r.energy is not None and r.energy.measured and r.energy.device.startswith("cuda")
+             and r.median_step_s < SHORT_STEP_S]
+    if short:
+        parts.append(f"steps under {SHORT_STEP_S * 1e3:.0f} ms: NVML's counter advances about every 100 ms "
+                     "(gl.published('nvml-energy-window')), so interleaved runs share its updates and their joules "
+                     "per item move toward each other; compare over many steps, or longer ones")
+    return "; ".join(parts)
+
+
 def compare_runs(results: Mapping[str, TrainResult] | Iterable[TrainResult], baseline: str | None = None, *,
                  flops_per_step: float | Mapping[str, float] | None = None,
                  peak_flops: float | Mapping[str, float] | None = None,
                  accuracy: Mapping[str, float] | None = None,
                  published: Mapping[str, str | Published] | None = None,
-                 title: str = "Training runs") -> RunComparison:
+                 title: str = "Training runs", price_per_hour: Any = None) -> RunComparison:
     """Build a :class:`RunComparison` from :class:`course.TrainResult` objects (e.g. from
     :func:`train_interleaved`). ``baseline`` defaults to the first run.
 
     ``flops_per_step`` (one number, or one per run; e.g. from :func:`gpulab.count_flops`) and
     ``peak_flops`` (the machine's measured limit, one number or one per run, e.g. each run's dtype)
     give achieved FLOP/s and its share of the peak. ``accuracy`` maps runs to a fraction in [0, 1];
-    ``published`` maps runs to a key of :func:`gpulab.published`.
+    ``published`` maps runs to a key of :func:`gpulab.published`. ``price_per_hour`` (USD per hour, a key of
+    :func:`gpulab.cost.prices`, or a :class:`~gpulab.cost.Price` such as ``course.lesson_price(...)``) adds the
+    cost per million items at each run's measured throughput; joules per item show where the runs carry energy.
 
     Example:
         >>> import gpulab as gl
@@ -347,6 +436,9 @@ def compare_runs(results: Mapping[str, TrainResult] | Iterable[TrainResult], bas
         >>> t = compare_runs([a, b], flops_per_step=1e9, peak_flops=1e11)
         >>> t.speedup("bf16"), t.memory_ratio("bf16"), t.fraction_of_peak("bf16")
         (2.0, 0.5, 0.1)
+        >>> priced = compare_runs([a, b], price_per_hour=3.6)        # $3.60 per hour: $0.001 per second
+        >>> round(priced.cost_per_million("fp32"), 6), priced.joules_per_item("fp32") is None
+        (3.125, True)
     """
     rs = tuple(results.values()) if isinstance(results, Mapping) else tuple(results)
     if baseline is None and rs and isinstance(rs[0], TrainResult):
@@ -358,5 +450,10 @@ def compare_runs(results: Mapping[str, TrainResult] | Iterable[TrainResult], bas
     pubs = {}
     for k, v in (published or {}).items():
         pubs[k] = v if isinstance(v, Published) else _published(v)
+    price = None
+    if price_per_hour is not None:
+        from ..cost import hourly_price
+
+        price = hourly_price(price_per_hour)
     return RunComparison(rs, baseline, title, _given("flops_per_step", flops_per_step, labels),
-                         _given("peak_flops", peak_flops, labels), acc, pubs)
+                         _given("peak_flops", peak_flops, labels), acc, pubs, price)

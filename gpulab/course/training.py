@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Literal
 
 from .._format import fmt_bytes, fmt_number, fmt_seconds, html_table, text_table
+from .step_energy import StepEnergy
 
 __all__ = ["TrainConfig", "train_step", "train", "TrainResult", "accumulated_gradients", "evaluate"]
 
@@ -142,7 +143,9 @@ def accumulated_gradients(model: Any, batch: tuple[Any, Any], steps: int, loss_f
 
 @dataclass(frozen=True)
 class TrainResult:
-    """What :func:`train` did: per-step losses and wall times, throughput, peak memory."""
+    """What :func:`train` did: per-step losses and wall times, throughput, peak memory, and ``energy``: the device's
+    :class:`~gpulab.telemetry.energy.Energy` over the steady steps (read around each timed step, outside its timing;
+    ``energy.joules`` is None, with the reason, where the counter cannot be read; ``energy`` None: not read)."""
 
     label: str
     losses: tuple[float, ...]
@@ -152,6 +155,22 @@ class TrainResult:
     config: TrainConfig
     warmup_steps: int = 1
     extra: dict[str, Any] = field(default_factory=dict)
+    energy: Any = None
+
+    @property
+    def joules_per_item(self) -> float | None:
+        """Joules per item: the steady steps' mean power x the median step, over the items of a step (None without
+        a figure).
+
+        Example:
+            >>> from gpulab.telemetry.energy import Energy
+            >>> r = TrainResult("fp32", (2.0, 1.9), (0.2, 0.2), 50, None, TrainConfig(), 0, energy=Energy("cpu", 0.4, 20.0, "RAPL"))
+            >>> r.joules_per_item
+            0.2
+        """
+        e = self.energy
+        j = None if e is None else e.per_call(self.median_step_s)
+        return None if j is None else j / self.items_per_step
 
     @property
     def steady_times_s(self) -> tuple[float, ...]:
@@ -175,7 +194,8 @@ class TrainResult:
                 ("loss", f"{self.losses[0]:.4g} -> {self.losses[-1]:.4g}"),
                 ("peak memory", fmt_bytes(self.peak_memory_bytes)),
                 ("config", f"{self.config.precision}, accumulation {self.config.accumulation_steps}, "
-                           f"channels_last={self.config.channels_last}, compile={self.config.compile}")]
+                           f"channels_last={self.config.channels_last}, compile={self.config.compile}")] + (
+                [("energy", str(self.energy))] if self.energy is not None else [])
 
     def __repr__(self) -> str:
         return f"TrainResult {self.label!r}\n" + text_table(("", ""), self._rows())
@@ -223,14 +243,17 @@ def train(model: Any, optimizer: Any, batches: Callable[[int], tuple[Any, Any]] 
         torch.cuda.reset_peak_memory_stats(dev)
     tracker = MemoryTracker() if (track_memory and not cuda) else contextlib.nullcontext()
     losses, times = [], []
+    meter = StepEnergy(dev)
     bar = _progress(steps, label, config.progress)
     with tracker:
         for step in range(steps):
             x, y = (t.to(dev, non_blocking=True) for t in get(step))
+            meter.start()                         # the last step ended synchronised
             t0 = time.perf_counter()
             loss = train_step(run_model, optimizer, (x, y), config, scaler, loss_fn)
             synchronize(dev)
             times.append(time.perf_counter() - t0)
+            meter.stop()
             losses.append(loss)
             bar.update(1) if bar is not None else None
     if bar is not None:
@@ -238,8 +261,9 @@ def train(model: Any, optimizer: Any, batches: Callable[[int], tuple[Any, Any]] 
     resident = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
     peak = (int(torch.cuda.max_memory_allocated(dev)) if cuda   # everything on the device, weights included
             else (resident + tracker.peak_bytes if track_memory else None))
+    warm = min(warmup_steps, steps - 1)
     return TrainResult(label, tuple(float(v) for v in torch.stack(losses).tolist()), tuple(times), int(x.shape[0]),
-                       peak, config, min(warmup_steps, steps - 1))
+                       peak, config, warm, energy=meter.total(skip=warm))
 
 
 def _progress(steps: int, label: str, enabled: bool) -> Any:

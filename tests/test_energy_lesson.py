@@ -1,0 +1,213 @@
+"""Energy and cost in lessons 01 and 04: training runs carry the joules of their timed steps (a fake RAPL counter),
+the comparison table shows joules and cost per item (or "not measurable" with no number), the price arithmetic, and
+lesson 01's exercise check and power contrast."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import gpulab as gl
+from gpulab import course
+from gpulab.course.step_energy import StepEnergy
+from gpulab.telemetry import rapl
+from gpulab.telemetry.energy import Energy
+from gpulab.telemetry.rapl import RaplZone
+
+WRAP = 262_143_328_850
+
+
+def _zone(folder: Path, name: str, energy: int, wrap: int = WRAP) -> None:
+    folder.mkdir(parents=True)
+    (folder / "name").write_text(name + "\n")
+    (folder / "energy_uj").write_text(f"{energy}\n")
+    (folder / "max_energy_range_uj").write_text(f"{wrap}\n")
+
+
+@pytest.fixture
+def package_at(tmp_path, monkeypatch):
+    """One RAPL package whose counter runs at ``watts`` (a clock-driven counter), wrapping at ``wrap``."""
+    root = tmp_path / "powercap"
+
+    def install(watts: float = 40.0, wrap: int = WRAP, start_uj: int = 0):
+        _zone(root / "intel-rapl:0", "package-0", 0, wrap)
+        t0 = time.monotonic()
+        monkeypatch.setattr(RaplZone, "read_uj",
+                            lambda self: int(start_uj + watts * 1e6 * (time.monotonic() - t0)) % self.max_range_uj)
+        monkeypatch.setattr(rapl, "POWERCAP", str(root))
+        return root
+
+    return install
+
+
+def _runs():
+    runs = {}
+    for p in ("fp32", "bf16"):
+        torch.manual_seed(0)
+        m = course.models.mlp(hidden=32)
+        runs[p] = (m, torch.optim.SGD(m.parameters(), lr=0.05), course.TrainConfig(precision=p))
+    return runs
+
+
+def _batches(step):
+    return course.models.example_batch("mlp", 16, seed=step)
+
+
+# ---- training runs carry their energy --------------------------------------------------------------------------
+def test_interleaved_runs_carry_the_joules_of_their_timed_steps(package_at):
+    package_at(watts=50.0)
+    res = course.train_interleaved(_runs(), _batches, steps=6)
+    for r in res.values():
+        e = r.energy
+        assert e.measured and "RAPL" in e.source and e.counted
+        assert e.seconds == pytest.approx(sum(r.steady_times_s), rel=0.5, abs=0.02)   # steady steps only
+        assert e.watts == pytest.approx(50.0, rel=0.1)
+        assert r.joules_per_item == pytest.approx(e.watts * r.median_step_s / r.items_per_step)
+    table = course.compare_runs(res, baseline="fp32", price_per_hour=0.10)
+    text = repr(table)
+    assert "J per item" in text and "energy vs fp32" in text and "$ per 1M items" in text and "RAPL" in text
+    df = table.to_dataframe()
+    assert df.loc["fp32", "energy_ratio"] == pytest.approx(1.0)
+    assert df.loc["bf16", "energy_ratio"] == pytest.approx(res["bf16"].joules_per_item / res["fp32"].joules_per_item)
+    assert "energy" in repr(res["fp32"])
+
+
+def test_train_carries_its_energy(package_at):
+    package_at(watts=30.0)
+    m = course.models.mlp(hidden=32)
+    r = course.train(m, torch.optim.SGD(m.parameters(), lr=0.1), _batches, steps=4,
+                     config=course.TrainConfig(progress=False))
+    assert r.energy.measured and r.energy.watts == pytest.approx(30.0, rel=0.1)
+
+
+def test_not_measurable_runs_have_no_number_but_keep_the_cost(monkeypatch, tmp_path):
+    monkeypatch.setattr(rapl, "POWERCAP", str(tmp_path / "none"))
+    res = course.train_interleaved(_runs(), _batches, steps=3)
+    assert all(r.energy.joules is None and r.joules_per_item is None for r in res.values())
+    table = course.compare_runs(res, price_per_hour=0.10)
+    text = repr(table)
+    assert "not measurable" in text and "energy not measurable here" in text and "$ per 1M items" in text
+    df = table.to_dataframe()
+    assert df["joules_per_item"].isna().all() and df["usd_per_million"].notna().all()
+    assert "J per item" not in repr(course.compare_runs([_result("a", 0.1)]))   # energy not read: no column
+
+
+def _result(label, step_s, energy=None, items=100):
+    return course.TrainResult(label, (2.0, 1.0), (step_s, step_s), items, None, course.TrainConfig(), 0,
+                              energy=energy)
+
+
+def test_price_and_energy_arithmetic():
+    a = _result("fp32", 0.2, Energy("cuda:0", 10.0, 3000.0, "NVML energy counter"))     # 300 W
+    b = _result("bf16", 0.1, Energy("cuda:0", 10.0, 2500.0, "NVML energy counter"))     # 250 W
+    t = course.compare_runs([a, b], price_per_hour=3.6)                                  # $0.001 per second
+    assert t.joules_per_item("fp32") == pytest.approx(300 * 0.2 / 100)
+    assert t.joules_per_item("bf16") == pytest.approx(250 * 0.1 / 100)
+    assert t.energy_ratio("bf16") == pytest.approx(25 / 60)
+    assert t.cost_per_million("fp32") == pytest.approx(0.001 * 0.2 / 100 * 1e6)
+    assert t.cost_per_million("bf16") == pytest.approx(t.cost_per_million("fp32") / 2)
+    text = repr(t)
+    assert "$2" in text and "$1" in text and "0.42x" in text
+    key = gl.cost.prices().prices[0].key                                                # a dated published price
+    published = course.compare_runs([a, b], price_per_hour=key)
+    assert published.price.date and published.cost_per_million("fp32") == pytest.approx(
+        published.price.usd_per_hour / 3600 * 0.2 / 100 * 1e6)
+
+
+def test_bad_prices_raise_clearly():
+    a = _result("fp32", 0.2)
+    with pytest.raises(ValueError, match="price_per_hour"):
+        course.compare_runs([a], price_per_hour=-1.0)
+    with pytest.raises(TypeError, match="price_per_hour"):
+        course.compare_runs([a], price_per_hour=[1])
+
+
+def test_step_energy_reads_nothing_after_a_missing_figure(monkeypatch, tmp_path):
+    meter = StepEnergy("cpu", rapl_root=tmp_path / "none")
+    calls = []
+    real = meter._meter.start
+    monkeypatch.setattr(meter._meter, "start", lambda: calls.append(1) or real())
+    for _ in range(4):
+        meter.start()
+        meter.stop()
+    assert len(calls) == 1 and meter.total(skip=1).joules is None and "RAPL" in meter.total().reason
+    assert "no energy counter" in StepEnergy("xpu:0").total().reason
+
+
+# ---- lesson 01: the exercise and the power contrast -------------------------------------------------------------
+def test_energy_exercise_passes_the_counter_difference_and_fails_wrong_answers():
+    ex = course.example_energy_trace()
+    assert "made-up numbers" in repr(ex) and "not a measurement" in repr(ex)
+    f = ex.counter()
+    phase = next(m for m in ex.trace.marks if m.name == ex.phase)
+    right = f.loc[phase.end_s, "energy_j"] - f.loc[phase.start_s, "energy_j"]
+    assert "right" in repr(course.check_energy_reading(right, right / ex.samples, ex))
+    assert "not answered" in repr(course.check_energy_reading(None, None, ex))
+    assert "not answered" in repr(course.check_energy_reading(right, None, ex))
+    with pytest.raises(AssertionError, match="since the driver loaded"):
+        course.check_energy_reading(f.loc[phase.end_s, "energy_j"], None, ex)      # the raw counter
+    whole = f["energy_j"].iloc[-1] - f["energy_j"].iloc[0]
+    with pytest.raises(AssertionError, match="energy of the compute phase"):
+        course.check_energy_reading(whole, None, ex)                                 # the whole recording
+    with pytest.raises(AssertionError, match="joules per sample"):
+        course.check_energy_reading(right, right / 1000, ex)                          # wrong sample count
+    with pytest.raises(TypeError, match="example_energy_trace"):
+        course.check_energy_reading(right, None, "trace")
+
+
+def test_power_contrast_measured_and_not(package_at, tmp_path, monkeypatch):
+    package_at(watts=20.0)
+    with gl.timer("sleep", "cpu") as idle:
+        time.sleep(0.2)
+    with gl.timer("busy", "cpu") as busy:
+        n = gl.timing.repeat_for(0.2, lambda: sum(range(1000)))
+    c = course.power_contrast(idle, busy, n)
+    assert c.ratio == pytest.approx(1.0, rel=0.15) and c.joules_per_item == pytest.approx(busy.energy.joules / n)
+    assert "mean power" in repr(c) and "not measurable" not in repr(c)
+    monkeypatch.setattr(rapl, "POWERCAP", str(tmp_path / "none"))
+    with gl.timer("sleep", "cpu") as idle:
+        time.sleep(0.01)
+    c = course.power_contrast(idle, busy, n)
+    assert c.ratio is None and "energy not measurable here" in repr(c) and "not measurable" in c._repr_html_()
+    with pytest.raises(ValueError, match="busy_items"):
+        course.power_contrast(idle, busy, 0)
+    with pytest.raises(TypeError, match="gl.timer"):
+        course.power_contrast("idle", busy, 3)
+
+
+# ---- a GPU's counter (the fake NVML): joules per step window, and the note on steps shorter than its updates ----
+@pytest.fixture
+def scripted(monkeypatch):
+    import fake_nvml
+
+    from gpulab.telemetry import nvml
+
+    fake = fake_nvml.make_module()
+    nvml._reset()
+    monkeypatch.setattr(nvml, "_load", lambda: fake)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    yield fake
+    nvml._reset()
+
+
+def test_gpu_step_windows_read_nvml_and_short_steps_are_flagged(scripted, pretend_gpus, monkeypatch):
+    pretend_gpus(3)
+    t0, real = time.monotonic(), scripted.nvmlDeviceGetTotalEnergyConsumption
+    monkeypatch.setattr(scripted, "nvmlDeviceGetTotalEnergyConsumption",            # 200 W, as a clock
+                        lambda handle: real(handle) + int(1000 * 200.0 * (time.monotonic() - t0)))
+    meter = StepEnergy("cuda:0")
+    for _ in range(3):
+        meter.start()
+        time.sleep(0.02)
+        meter.stop()
+    e = meter.total(skip=1)
+    assert e.measured and "NVML energy counter" in e.source and e.watts == pytest.approx(200.0, rel=0.2)
+    a, b = _result("fp32", 0.02, e), _result("bf16", 0.01, e)
+    text = repr(course.compare_runs([a, b], price_per_hour=2.0))
+    assert "NVML energy counter" in text and "about every 100 ms" in text and "nvml-energy-window" in text
+    assert "0.50x" in text                                                    # same power, half the time
+    long = _result("fp32", 0.5, e)
+    assert "about every 100 ms" not in repr(course.compare_runs([long]))
