@@ -302,3 +302,18 @@ def test_interleaved_variants_get_the_joules_of_their_own_blocks(package_at, mon
     assert ms["heavy"].joules_per_call == pytest.approx(60.0 * ms["heavy"].median_s, rel=0.2)
     none = gl.benchmark_interleaved({"a": lambda: None}, min_run_time=0.02, energy=False)
     assert none["a"].energy is None
+
+
+def test_a_meter_started_for_every_step_finds_its_counters_once(package_at, monkeypatch):
+    from gpulab.telemetry import energy as energy_mod
+
+    package_at(watts=20.0)
+    scans = []
+    real = energy_mod.rapl_zones
+    monkeypatch.setattr(energy_mod, "rapl_zones", lambda root=None: scans.append(root) or real(root))
+    meter = EnergyMeter("cpu")
+    for _ in range(5):
+        meter.start()
+        time.sleep(0.01)
+        assert meter.stop().joules == pytest.approx(20.0 * meter.energy.seconds, rel=0.3, abs=0.05)
+    assert len(scans) == 1

@@ -103,6 +103,9 @@ from .capstone_keras import KerasRecipe, KerasRun, keras_ablation, keras_changes
 from .capstone_report import check_tracked, RecipeChallenge, ResultsCard, recipe_ceiling, recipe_challenge, results_card, results_dir, runs_dir
 from .capstone_mfu import MFU, mfu_report
 from .capstone_energy import PrecisionCost, compare_precisions, energy_headline, precision_cost
+from .gpt import generate, gpt, text_tokens, token_batch
+from .attention_sweep import AttentionPoint, AttentionSweep, attention_sweep, manual_attention
+from .generation import GenerationRow, GenerationSpeed, generation_speed
 from .energy_lesson import (EnergyExample, PowerContrast, check_energy_reading, example_energy_trace,
                             power_contrast)
 
@@ -114,6 +117,8 @@ __all__ = [
     "digits_on_disk", "ablate", "Ablation", "AblationStep", "Change", "torch_ablation", "torch_changes", "largest_batch", "interleaved_gain",
     "KerasRecipe", "KerasRun", "train_keras_recipe", "keras_changes", "keras_ablation",
     "PrecisionCost", "precision_cost", "compare_precisions", "energy_headline",
+    "gpt", "text_tokens", "token_batch", "generate", "AttentionPoint", "AttentionSweep", "attention_sweep",
+    "manual_attention", "GenerationRow", "GenerationSpeed", "generation_speed",
     "check_tracked", "recipe_ceiling", "recipe_challenge", "RecipeChallenge", "results_card", "ResultsCard", "results_dir", "runs_dir",
     "MFU", "mfu_report",
     "serial_parallel_step", "SerialParallelStep", "python_work", "speedup_needed",

@@ -149,6 +149,7 @@ class EnergyMeter:
         self._handle: Any = None
         self._e0: float | None = None
         self._power: _PowerIntegrator | None = None
+        self._found, self._zones, self._counter = False, None, False    # what the device offers, found once
         self.energy: Energy | None = None
 
     def __enter__(self) -> "EnergyMeter":
@@ -158,27 +159,44 @@ class EnergyMeter:
         self.stop()
 
     def start(self) -> "EnergyMeter":
-        """Read the counters now (for a GPU without one, start reading its power)."""
-        self.energy, self._reason, self._power, self._e0 = None, None, None, None
-        if self.kind == "cpu":
-            self._start_cpu()
-        elif self.kind == "cuda":
-            self._start_gpu()
-        else:
-            self._reason = "Apple GPUs report energy through powermetrics, which needs sudo"
+        """Read the counters now (for a GPU without one, start reading its power). What the device offers is found
+        once, at the first start: a meter started again for each step costs one counter read."""
+        self.energy, self._power, self._e0, self._rapl = None, None, None, None
+        if not self._found:
+            self._find()
+        if self._reason is None:
+            if self._zones is not None:
+                try:
+                    self._rapl = RaplMeter(self._zones).start()
+                except OSError as e:      # a zone gone, or its permission taken away, since it was found
+                    self._reason = f"a RAPL counter could not be read ({e})"
+            elif self._counter:
+                from . import nvml
+
+                mj = nvml.query("nvmlDeviceGetTotalEnergyConsumption", self._handle)
+                self._e0 = None if mj is None else float(mj) / 1000.0
+            else:
+                self._power = _PowerIntegrator(self._read_w).start()
         self._t0 = time.monotonic()
         return self
 
-    def _start_cpu(self) -> None:
-        status = rapl_zones(self._rapl_root)
-        if not status.readable:
-            self._reason = status.cause
-            return
-        self._rapl = RaplMeter(status).start()
-        packages = [z.name for z in status.zones if z.is_package]
-        self._source = f"RAPL package counters ({', '.join(packages)}; every program on them)"
+    def _find(self) -> None:
+        """What this device offers: RAPL zones, NVML's energy counter, only its power, or nothing (``_reason``)."""
+        self._found, self._reason, self._zones, self._counter = True, None, None, False
+        if self.kind == "cpu":
+            status = rapl_zones(self._rapl_root)
+            if not status.readable:
+                self._reason = status.cause
+                return
+            self._zones = status
+            packages = [z.name for z in status.zones if z.is_package]
+            self._source = f"RAPL package counters ({', '.join(packages)}; every program on them)"
+        elif self.kind == "cuda":
+            self._find_gpu()
+        else:
+            self._reason = "Apple GPUs report energy through powermetrics, which needs sudo"
 
-    def _start_gpu(self) -> None:
+    def _find_gpu(self) -> None:
         from . import nvml
 
         st = nvml.status()
@@ -188,23 +206,19 @@ class EnergyMeter:
         self._handle = nvml.cuda_handle(_cuda_index(self.device))
         if self._handle is None:
             self._reason = f"NVML has no device for {self.device}"
-            return
-        mj = nvml.query("nvmlDeviceGetTotalEnergyConsumption", self._handle)
-        if mj is not None:
-            self._e0, self._source = float(mj) / 1000.0, "NVML energy counter (the whole board)"
-            return
-        if nvml.query("nvmlDeviceGetPowerUsage", self._handle) is None:
+        elif nvml.query("nvmlDeviceGetTotalEnergyConsumption", self._handle) is not None:
+            self._counter, self._source = True, "NVML energy counter (the whole board)"
+        elif self._read_w() is None:
             self._reason = ("NVML gives neither an energy counter nor power for this GPU (a MIG slice, a vGPU or a "
                             "board without the sensor)")
-            return
-        handle = self._handle
+        else:
+            self._source = f"NVML power read every {POWER_EVERY_S:g} s (no energy counter on this GPU)"
 
-        def read_w() -> float | None:
-            mw = nvml.query("nvmlDeviceGetPowerUsage", handle)
-            return None if mw is None else float(mw) / 1000.0
+    def _read_w(self) -> float | None:
+        from . import nvml
 
-        self._power = _PowerIntegrator(read_w).start()
-        self._source = f"NVML power read every {POWER_EVERY_S:g} s (no energy counter on this GPU)"
+        mw = nvml.query("nvmlDeviceGetPowerUsage", self._handle)
+        return None if mw is None else float(mw) / 1000.0
 
     def read(self) -> float | None:
         """Joules since :meth:`start` from a counter, without stopping (None where there is no counter: nothing
@@ -237,26 +251,26 @@ class EnergyMeter:
         if self._t0 is None:
             raise RuntimeError("EnergyMeter.stop() before start(): use `with EnergyMeter(device) as m:` or m.start()")
         seconds = time.monotonic() - self._t0
-        joules, counted = None, True
-        if self._reason is None:
+        joules, counted, why = None, True, self._reason
+        if why is None:
             if self._rapl is not None:
                 try:
                     joules = self._rapl.package_joules()
                 except OSError as e:   # a zone that went away or lost its permission since start()
-                    self._reason = f"a RAPL counter could not be read again ({e})"
+                    why = f"a RAPL counter could not be read again ({e})"
             elif self._power is not None:
                 joules, counted = self._power.stop(), False
                 if joules is None:
-                    self._reason = "the window was too short for two power readings"
-            elif self._e0 is not None:
+                    why = "the window was too short for two power readings"
+            else:
                 from . import nvml
 
-                mj = nvml.query("nvmlDeviceGetTotalEnergyConsumption", self._handle)
+                mj = None if self._e0 is None else nvml.query("nvmlDeviceGetTotalEnergyConsumption", self._handle)
                 joules = None if mj is None else max(0.0, float(mj) / 1000.0 - self._e0)
                 if joules is None:
-                    self._reason = "NVML's energy counter stopped answering"
+                    why = "NVML's energy counter stopped answering"
         self.energy = Energy(self.device, seconds, joules, self._source if joules is not None else "",
-                             None if joules is not None else self._reason, counted)
+                             None if joules is not None else why, counted)
         return self.energy
 
     def __repr__(self) -> str:
