@@ -1,4 +1,5 @@
-"""Shared fixtures: a fake NVML built from the real nvidia-ml-py, and fabricated system facts."""
+"""Shared fixtures: a fake NVML built from the real nvidia-ml-py (``fake_nvml``; ``scripted``, its three-GPU machine),
+a RAPL package whose counter runs at a chosen power (``package_at``), and fabricated system facts."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -90,4 +91,49 @@ def pretend_gpus(monkeypatch):
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
 
     install()
+    return install
+
+
+@pytest.fixture
+def scripted(monkeypatch):
+    """The real nvml.py running against the scripted three-GPU NVML (tests/fake_nvml.py), in NVML's PCI order."""
+    import fake_nvml
+
+    from gpulab.telemetry import nvml
+
+    fake = fake_nvml.make_module()
+    nvml._reset()
+    monkeypatch.setattr(nvml, "_load", lambda: fake)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")   # three GPU models: pin CUDA's order to NVML's
+    yield fake
+    nvml._reset()
+
+
+RAPL_WRAP = 262_143_328_850     # a package's max_energy_range_uj as Intel servers report it
+
+
+@pytest.fixture
+def package_at(tmp_path, monkeypatch):
+    """One RAPL package in a sysfs-shaped folder whose counter runs at ``watts`` (driven by the clock), wrapping at
+    ``wrap``; gpulab's default powercap folder points there. Returns the folder."""
+    import time
+
+    from gpulab.telemetry import rapl
+    from gpulab.telemetry.rapl import RaplZone
+
+    root = tmp_path / "powercap"
+
+    def install(watts: float = 40.0, wrap: int = RAPL_WRAP, start_uj: int = 0):
+        zone = root / "intel-rapl:0"
+        zone.mkdir(parents=True)
+        (zone / "name").write_text("package-0\n")
+        (zone / "energy_uj").write_text("0\n")
+        (zone / "max_energy_range_uj").write_text(f"{wrap}\n")
+        t0 = time.monotonic()
+        monkeypatch.setattr(RaplZone, "read_uj",
+                            lambda self: int(start_uj + watts * 1e6 * (time.monotonic() - t0)) % self.max_range_uj)
+        monkeypatch.setattr(rapl, "POWERCAP", str(root))
+        return root
+
     return install

@@ -4,7 +4,6 @@ lesson 01's exercise check and power contrast."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 import torch
@@ -14,32 +13,6 @@ from gpulab import course
 from gpulab.course.step_energy import StepEnergy
 from gpulab.telemetry import rapl
 from gpulab.telemetry.energy import Energy
-from gpulab.telemetry.rapl import RaplZone
-
-WRAP = 262_143_328_850
-
-
-def _zone(folder: Path, name: str, energy: int, wrap: int = WRAP) -> None:
-    folder.mkdir(parents=True)
-    (folder / "name").write_text(name + "\n")
-    (folder / "energy_uj").write_text(f"{energy}\n")
-    (folder / "max_energy_range_uj").write_text(f"{wrap}\n")
-
-
-@pytest.fixture
-def package_at(tmp_path, monkeypatch):
-    """One RAPL package whose counter runs at ``watts`` (a clock-driven counter), wrapping at ``wrap``."""
-    root = tmp_path / "powercap"
-
-    def install(watts: float = 40.0, wrap: int = WRAP, start_uj: int = 0):
-        _zone(root / "intel-rapl:0", "package-0", 0, wrap)
-        t0 = time.monotonic()
-        monkeypatch.setattr(RaplZone, "read_uj",
-                            lambda self: int(start_uj + watts * 1e6 * (time.monotonic() - t0)) % self.max_range_uj)
-        monkeypatch.setattr(rapl, "POWERCAP", str(root))
-        return root
-
-    return install
 
 
 def _runs():
@@ -178,20 +151,6 @@ def test_power_contrast_measured_and_not(package_at, tmp_path, monkeypatch):
 
 
 # ---- a GPU's counter (the fake NVML): joules per step window, and the note on steps shorter than its updates ----
-@pytest.fixture
-def scripted(monkeypatch):
-    import fake_nvml
-
-    from gpulab.telemetry import nvml
-
-    fake = fake_nvml.make_module()
-    nvml._reset()
-    monkeypatch.setattr(nvml, "_load", lambda: fake)
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
-    yield fake
-    nvml._reset()
-
 
 def test_gpu_step_windows_read_nvml_and_short_steps_are_flagged(scripted, pretend_gpus, monkeypatch):
     pretend_gpus(3)

@@ -19,18 +19,6 @@ from gpulab.telemetry.gpu import GPUSampler, throttle_names
 from gpulab.telemetry.trace import Mark, Trace
 
 
-@pytest.fixture
-def scripted(monkeypatch):
-    """The real nvml.py running against the scripted three-GPU NVML."""
-    fake = fake_nvml.make_module()
-    nvml._reset()
-    monkeypatch.setattr(nvml, "_load", lambda: fake)
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")   # three GPU models: pin CUDA's order to NVML's
-    yield fake
-    nvml._reset()
-
-
 def sample_n(sampler, n, dt=0.1):
     return [sampler.sample(now=i * dt) for i in range(n)]
 
