@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 import math
 import re
-import time
 from dataclasses import replace
 from types import SimpleNamespace as NS
 
@@ -21,7 +20,6 @@ from gpulab.course import capstone_torch  # noqa: E402
 from gpulab.course.ablation_table import Ablation, AblationStep  # noqa: E402
 from gpulab.course.recipe_run import RecipeRun  # noqa: E402
 from gpulab.telemetry import rapl  # noqa: E402
-from gpulab.telemetry.rapl import RaplZone  # noqa: E402
 
 NUMBER = re.compile(r"\d")
 
@@ -35,22 +33,6 @@ def small():
 def no_counter(monkeypatch, tmp_path):
     """A machine without RAPL (this CI's VM, made certain)."""
     monkeypatch.setattr(rapl, "POWERCAP", str(tmp_path / "no-powercap"))
-
-
-@pytest.fixture
-def package_at(tmp_path, monkeypatch):
-    """One RAPL package whose counter runs at ``watts`` (a clock-driven counter)."""
-    def install(watts: float) -> None:
-        zone = tmp_path / "powercap" / "intel-rapl:0"
-        zone.mkdir(parents=True)
-        (zone / "name").write_text("package-0\n")
-        (zone / "energy_uj").write_text("0\n")
-        (zone / "max_energy_range_uj").write_text("262143328850\n")
-        t0 = time.monotonic()
-        monkeypatch.setattr(RaplZone, "read_uj",
-                            lambda self: int(watts * 1e6 * (time.monotonic() - t0)) % self.max_range_uj)
-        monkeypatch.setattr(rapl, "POWERCAP", str(tmp_path / "powercap"))
-    return install
 
 
 def _run(precision: str, seconds: float, joules: float | None = None, n: int = 1000) -> RecipeRun:
