@@ -159,8 +159,9 @@ def benchmark_interleaved(fns: Mapping[str, Callable[[], Any]], *, min_run_time:
             clock's resolution and the loop's own cost do not matter (default: ``min_run_time / 50``,
             between 1 ms and 50 ms).
         energy: read the device's energy counter around every timed block, so each variant's joules are the
-            counter over its own blocks (``Measurement.joules_per_call``); NVML's counter updates about every
-            100 ms, so short blocks need many rounds for a steady figure. False skips it.
+            counter over its own blocks (``Measurement.joules_per_call``). NVML's counter updates about every
+            100 ms: on a GPU, blocks shorter than that give no figure, with the reason (``block_s=0.2`` or
+            :func:`gpulab.benchmark` per variant give one). False skips it.
 
     Returns a dict label -> :class:`~gpulab.Measurement`, in the order given; every Measurement has the
     same number of runs (rounds), so medians compare.
@@ -232,5 +233,14 @@ def benchmark_interleaved(fns: Mapping[str, Callable[[], Any]], *, min_run_time:
                            num_threads=threads, env=env, backend="interleaved rounds", warmup=warmup,
                            items=per["items"][k], flops=per["flops"][k], bytes_moved=per["bytes_moved"][k],
                            description=f"{r} rounds over {len(labels)} variants in rotating order",
-                           energy=None if meter is None else meter.part(joules[k], spent[k]))
+                           energy=None if meter is None else _variant_energy(meter, dev, joules[k], spent[k], r))
             for k in labels}
+
+
+def _variant_energy(meter: Any, dev: str, joules: float | None, spent: float, rounds: int) -> Any:
+    """A variant's energy over its own blocks; none on a GPU whose blocks are shorter than the counter's period."""
+    from .telemetry.energy import GPU_COUNTER_PERIOD_S, Energy, too_short_for_the_gpu_counter
+
+    if dev.startswith("cuda") and joules is not None and spent / max(rounds, 1) < GPU_COUNTER_PERIOD_S:
+        return Energy(dev, spent, None, "", too_short_for_the_gpu_counter("interleaved blocks"))
+    return meter.part(joules, spent)

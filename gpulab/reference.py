@@ -69,6 +69,7 @@ _GIB, _MIB = 2**30, 2**20
 _V100 = ("NVIDIA V100 datasheet", "https://www.nvidia.com/en-us/data-center/v100/")
 _A100 = ("NVIDIA A100 datasheet", "https://www.nvidia.com/en-us/data-center/a100/")
 _H100 = ("NVIDIA H100 datasheet", "https://www.nvidia.com/en-us/data-center/h100/")
+_H200 = ("NVIDIA H200 datasheet", "https://www.nvidia.com/en-us/data-center/h200/")
 # Aliases: the exact device names (torch.cuda.get_device_name() / nvidia-smi; drivers before R460 print the
 # A100's without "NVIDIA ", which gpu_spec accepts for every card) and accepted short names.
 GPU_SPECS: dict[str, GPUSpec] = {s.name: s for s in (
@@ -97,6 +98,9 @@ GPU_SPECS: dict[str, GPUSpec] = {s.name: s for s in (
             ("NVIDIA H100 80GB HBM3",), mig_slices=7),
     GPUSpec("H100 PCIe", "Hopper", (9, 0), 80 * _GIB, 2000 * _GB, 51e12, 756.5e12, 756.5e12, 378e12, 350, *_H100,
             ("NVIDIA H100 PCIe",), mig_slices=7),
+    # the H100's GH100 with 141 GB of HBM3e: nvidia-smi shows 143771 MiB (the course's GPU check, 2026-11-26)
+    GPUSpec("H200 SXM", "Hopper", (9, 0), 143771 * _MIB, 4800 * _GB, 67e12, 989e12, 989e12, 494.5e12, 700, *_H200,
+            ("NVIDIA H200",), mig_slices=7, datasheet_memory_bytes=141 * _GB),
 )}
 MIG_GUIDE = "https://docs.nvidia.com/datacenter/tesla/mig-user-guide/supported-mig-profiles.html"
 

@@ -138,6 +138,40 @@ def test_fsdp_and_ddp_train_alike_in_one_process():
 
 
 @pytest.mark.skipif(not fsdp_train.runs_on_cpu(), reason="fully_shard on a CPU (gloo) needs torch 2.7+")
+def test_fsdp_and_ddp_train_the_gpt_alike_and_time_their_steps():
+    import torch.distributed as dist
+
+    args = fsdp_train.parse_args(["--model", "gpt", "--hidden", "32", "--layers", "2", "--heads", "2", "--seq-len", "16",
+                                  "--batch", "2", "--steps", "3"])
+    info = _one_process_info()
+    try:
+        out = fsdp_train.train_both(info, args)
+    finally:
+        dist.destroy_process_group()
+    assert out["model"] == "gpt" and out["fsdp_params_bytes"] == out["full_param_bytes"]
+    assert out["max_loss_diff"] <= 1e-5 and out["max_param_diff"] <= 1e-5 and out["ddp_losses"][0] > 4.0  # ln 256
+    assert out["ddp_step_s"] > 0 and out["fsdp_step_s"] > 0
+    with pytest.raises(SystemExit):
+        fsdp_train.parse_args(["--model", "gpt", "--hidden", "30", "--heads", "4"])      # 30 is not a multiple of 4
+
+
+@pytest.mark.skipif(not fsdp_train.runs_on_cpu(), reason="fully_shard on a CPU (gloo) needs torch 2.7+")
+def test_fsdp_shards_on_the_ranks_device_when_the_machine_has_a_gpu(monkeypatch):
+    """On a one-GPU machine the 2 ranks run gloo on the CPU while torch's accelerator is CUDA: fully_shard's default
+    mesh would be a CUDA one (rank 1 then asks for a second GPU). The script names the rank's device instead."""
+    import torch.distributed as dist
+
+    monkeypatch.setattr(torch._C, "_get_accelerator", lambda: torch.device("cuda"))   # what a GPU machine answers
+    args = fsdp_train.parse_args(["--steps", "1", "--hidden", "32", "--layers", "2", "--batch", "8"])
+    info = _one_process_info()
+    try:
+        out = fsdp_train.train_both(info, args)
+    finally:
+        dist.destroy_process_group()
+    assert out["fsdp_params_bytes"] == out["full_param_bytes"] and out["fsdp_param_type"] == "DTensor"
+
+
+@pytest.mark.skipif(not fsdp_train.runs_on_cpu(), reason="fully_shard on a CPU (gloo) needs torch 2.7+")
 def test_fsdp_script_shards_over_two_ranks():
     run = gl.launch("gpulab.course.scripts.fsdp_train", "--hidden", "64", "--layers", "2", "--steps", "2", nproc=2,
                     backend="gloo", timeout_s=240)

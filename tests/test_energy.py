@@ -13,7 +13,7 @@ import pytest
 
 import gpulab as gl
 from gpulab.telemetry import rapl
-from gpulab.telemetry.energy import Energy, EnergyMeter
+from gpulab.telemetry.energy import GPU_COUNTER_PERIOD_S, Energy, EnergyMeter
 from gpulab.telemetry.rapl import RaplZone
 from gpulab.telemetry.trace import Mark, Trace
 
@@ -84,8 +84,21 @@ def test_the_gpu_counter_gives_joules(scripted, pretend_gpus):
     pretend_gpus(3)
     meter = EnergyMeter("cuda:0").start()
     scripted.ticks[0] = 11                     # ten scripted samples later: 10 x 35 J
+    time.sleep(GPU_COUNTER_PERIOD_S)           # a window the counter's ~100 ms updates can resolve
     e = meter.stop()
     assert e.joules == pytest.approx(350.0) and e.counted and "NVML energy counter" in e.source
+
+
+def test_a_gpu_window_shorter_than_the_counter_period_has_no_figure(scripted, pretend_gpus):
+    """NVML's counter advances about every 100 ms (100 ms measured on an H200, idle and busy): a shorter window
+    holds no update or one that covers time outside it, so it gives no joules, and says why."""
+    pretend_gpus(3)
+    meter = EnergyMeter("cuda:0").start()
+    scripted.ticks[0] = 11
+    e = meter.stop()
+    assert e.joules is None and "100 ms" in e.reason and "gl.benchmark" in e.reason
+    time.sleep(GPU_COUNTER_PERIOD_S)           # the meter stays usable: a longer window reads
+    assert meter.start() and (time.sleep(GPU_COUNTER_PERIOD_S) or meter.stop().measured)
 
 
 def test_a_gpu_without_counter_or_power_is_not_measurable(scripted, pretend_gpus):
@@ -281,3 +294,19 @@ def test_a_meter_started_for_every_step_finds_its_counters_once(package_at, monk
         time.sleep(0.01)
         assert meter.stop().joules == pytest.approx(20.0 * meter.energy.seconds, rel=0.3, abs=0.05)
     assert len(scans) == 1
+
+
+def test_interleaved_gpu_blocks_shorter_than_the_counter_period_give_no_figure():
+    """NVML's counter advances about every 100 ms (measured on an H200): a GPU variant's blocks of 50 ms cannot
+    resolve it, blocks of 250 ms can; a CPU's RAPL counter (about 1 ms) resolves either."""
+    from gpulab.interleaved import _variant_energy
+
+    class Meter:
+        def part(self, joules, seconds):
+            return Energy("dev", seconds, joules, "a counter")
+
+    short = _variant_energy(Meter(), "cuda:0", 5.0, 0.5, rounds=10)
+    assert short.joules is None and "100 ms" in short.reason and "gl.benchmark" in short.reason
+    assert _variant_energy(Meter(), "cuda:0", 5.0, 0.5, rounds=2).joules == 5.0
+    assert _variant_energy(Meter(), "cpu", 5.0, 0.5, rounds=10).joules == 5.0
+    assert _variant_energy(Meter(), "cuda:0", None, 0.5, rounds=2).joules is None

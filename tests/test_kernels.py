@@ -109,6 +109,55 @@ def test_numba_backend_refuses_a_process_that_imported_the_other_target(monkeypa
         gl.kernels.numba_backend("cpu")
 
 
+_GPU_TARGET = """
+import sys
+import numpy as np
+from gpulab.kernels import backends
+backends._cuda_available = lambda device: True          # as on a GPU machine: the compiled target, not the simulator
+{prepare}
+try:
+    b = backends.numba_backend()
+except ImportError as e:
+    print("IMPORTERROR", e)
+    sys.exit(0)
+from numba import cuda
+def fill(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] = 2.0
+ptx, _ = cuda.compile_ptx(fill, "void(float32[:])", cc=(9, 0))
+print("MODE", b.mode, "NOTE", b.note, "PTX", ".target sm_90" in ptx)
+"""
+
+
+def _gpu_target(prepare: str) -> str:
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in __import__("os").environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    done = subprocess.run([sys.executable, "-c", _GPU_TARGET.format(prepare=prepare)], capture_output=True, text=True,
+                          timeout=240, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+@needs_numba
+def test_numba_gpu_target_compiles_with_a_numpy_that_removed_row_stack():
+    """NumPy 2.5 removed np.row_stack, which numba-cuda 0.30.4 still overloads when it loads its typing: seen on a GPU
+    image with numpy 2.5.2, every @cuda.jit kernel failed on first launch. The backend restores the alias and says so."""
+    out = _gpu_target("del np.row_stack")
+    assert "MODE compiled" in out and "restored" in out and "row_stack" in out and "PTX True" in out, out
+    assert "restored" not in _gpu_target(""), "nothing to restore where numpy still has the alias"
+
+
+@needs_numba
+def test_numba_gpu_target_that_cannot_compile_says_why_with_the_versions():
+    out = _gpu_target("from numba import cuda as c\n"
+                      "def broken(*a, **k): raise AttributeError('a planted failure')\n"
+                      "c.compile_ptx = broken")
+    assert out.startswith("IMPORTERROR") and "a planted failure" in out and "numba-cuda" in out and "numpy" in out, out
+
+
 # ------------------------------------------------------------------------------------------------ checks
 def test_check_kernel_counts_mismatches_and_refuses_wrong_shapes():
     e = torch.zeros(10)

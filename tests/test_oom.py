@@ -233,12 +233,20 @@ def test_smaller_card_caps_the_cuda_allocator_with_a_fake(monkeypatch, pretend_g
     monkeypatch.setattr(c, "get_device_properties", lambda d: types.SimpleNamespace(total_memory=16 * GiB))
     for name in ("synchronize", "empty_cache", "reset_peak_memory_stats"):
         monkeypatch.setattr(c, name, lambda *a, name=name: calls.append(name))
-    monkeypatch.setattr(c, "set_per_process_memory_fraction", lambda f, d=None: calls.append(("fraction", f)))
+
+    def fraction(f, d=None):            # torch's: a device must name its index ("cuda" alone is a ValueError)
+        if isinstance(d, (str, torch.device)) and torch.device(d).index is None:
+            raise ValueError(f"Expected a torch.device with a specified index or an integer, but got:{d}")
+        calls.append(("fraction", f))
+
+    monkeypatch.setattr(c, "set_per_process_memory_fraction", fraction)
+    monkeypatch.setattr(c, "current_device", lambda: 0)
     monkeypatch.setattr(c, "memory_allocated", lambda d=None: 100)
     monkeypatch.setattr(c, "max_memory_allocated", lambda d=None: 100 + 5 * MiB)
-    with gl.memory.smaller_card(2 * GiB, device="cuda:0") as card:
-        assert not card.simulated and card.peak_bytes == 5 * MiB
-    assert ("fraction", 2 / 16) in calls and calls[-1] == ("fraction", 1.0)
+    for device in ("cuda:0", "cuda", None):          # None and "cuda": the current GPU, as a lesson passes it
+        with gl.memory.smaller_card(2 * GiB, device=device) as card:
+            assert not card.simulated and card.peak_bytes == 5 * MiB and card.device == "cuda:0"
+        assert ("fraction", 2 / 16) in calls and calls[-1] == ("fraction", 1.0)
     with pytest.raises(RuntimeError):
         with gl.memory.smaller_card(2 * GiB, device="cuda:0"):
             raise RuntimeError("boom")

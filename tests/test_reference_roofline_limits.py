@@ -29,7 +29,8 @@ DEVICE_NAMES = [("Tesla T4", "T4"), ("NVIDIA L4", "L4"),
                 ("NVIDIA A100-SXM4-40GB", "A100 40GB SXM"), ("A100-SXM4-40GB", "A100 40GB SXM"),
                 ("NVIDIA A100-PCIE-40GB", "A100 40GB PCIe"), ("A100-PCIE-40GB", "A100 40GB PCIe"),
                 ("NVIDIA A100-SXM4-80GB", "A100 80GB SXM"), ("NVIDIA A100 80GB PCIe", "A100 80GB PCIe"),
-                ("NVIDIA H100 80GB HBM3", "H100 SXM"), ("NVIDIA H100 PCIe", "H100 PCIe")]
+                ("NVIDIA H100 80GB HBM3", "H100 SXM"), ("NVIDIA H100 PCIe", "H100 PCIe"),
+                ("NVIDIA H200", "H200 SXM")]           # as torch and nvidia-smi named the H200 of the GPU check
 
 
 @pytest.mark.parametrize("name,expected", DEVICE_NAMES + [("t4", "T4"), (" nvidia  a100-sxm4-40gb ", "A100 40GB SXM")])

@@ -106,6 +106,7 @@ from .capstone_energy import PrecisionCost, compare_precisions, energy_headline,
 from .gpt import generate, gpt, text_tokens, token_batch
 from .attention_sweep import AttentionPoint, AttentionSweep, attention_sweep, manual_attention
 from .generation import GenerationRow, GenerationSpeed, generation_speed
+from .gpt_train import GPTRecipe, GPTRun, gpt_ablation, gpt_challenge, gpt_changes, gpt_stepper, train_gpt
 from .energy_lesson import (EnergyExample, PowerContrast, check_energy_reading, example_energy_trace,
                             power_contrast)
 
@@ -118,7 +119,8 @@ __all__ = [
     "KerasRecipe", "KerasRun", "train_keras_recipe", "keras_changes", "keras_ablation",
     "PrecisionCost", "precision_cost", "compare_precisions", "energy_headline",
     "gpt", "text_tokens", "token_batch", "generate", "AttentionPoint", "AttentionSweep", "attention_sweep",
-    "manual_attention", "GenerationRow", "GenerationSpeed", "generation_speed",
+    "manual_attention", "GenerationRow", "GenerationSpeed", "generation_speed", "GPTRecipe", "GPTRun", "train_gpt",
+    "gpt_stepper", "gpt_changes", "gpt_ablation", "gpt_challenge",
     "check_tracked", "recipe_ceiling", "recipe_challenge", "RecipeChallenge", "results_card", "ResultsCard", "results_dir", "runs_dir",
     "MFU", "mfu_report",
     "serial_parallel_step", "SerialParallelStep", "python_work", "speedup_needed",

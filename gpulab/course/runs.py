@@ -30,7 +30,7 @@ from .._format import TableView, NA, fmt_bytes, fmt_number, fmt_rate, html_table
 from .._check import checked, per_label, table_rows
 from ..limits import ceiling_for
 from ..reference import Published, published as _published
-from .step_energy import SHORT_STEP_S, StepEnergy
+from .step_energy import ALONE, StepEnergy
 from .training import TrainConfig, TrainResult
 
 __all__ = ["pattern_batch", "train_interleaved", "RunComparison", "compare_runs"]
@@ -123,7 +123,7 @@ def train_interleaved(runs: Mapping[str, tuple[Any, Any, TrainConfig]],
 
     from ..system import device as pick_device
     from ..timing import synchronize
-    from .training import make_scaler, train_step
+    from .training import make_scaler, run_energy, train_step
 
     if not isinstance(runs, Mapping) or not runs:
         raise TypeError("runs must be a non-empty mapping: label -> (model, optimizer, course.TrainConfig)")
@@ -153,6 +153,7 @@ def train_interleaved(runs: Mapping[str, tuple[Any, Any, TrainConfig]],
     times: dict[str, list[float]] = {k: [] for k in labels}
     peaks: dict[str, int | None] = {k: None for k in labels}
     meters = {k: StepEnergy(prepared[k][5]) for k in labels}
+    last: dict[str, Any] = {}
     items = 0
     for step in range(steps):
         batch = get(step)
@@ -171,6 +172,7 @@ def train_interleaved(runs: Mapping[str, tuple[Any, Any, TrainConfig]],
             times[label].append(time.perf_counter() - t0)
             meters[label].stop()
             losses[label].append(loss)
+            last[label] = (x, y)
             if measure:
                 peaks[label] = int(resident + grown["bytes"])
     warm = min(warmup_steps + (1 if track_memory else 0), steps - 1)
@@ -181,7 +183,8 @@ def train_interleaved(runs: Mapping[str, tuple[Any, Any, TrainConfig]],
         method = None if not track_memory else ("cuda-allocator" if dev.type == "cuda" else "tracked-tensors")
         out[label] = TrainResult(label, vals, tuple(times[label]), items, peaks[label], config, warm,
                                  {"interleaved_with": len(labels), "memory_method": method, "device": str(dev)},
-                                 energy=meters[label].total(skip=warm))
+                                 energy=run_energy(meters[label], warm, times[label], prepared[label][0],
+                                                   prepared[label][2], config, last[label], loss_fn))
     return out
 
 
@@ -395,20 +398,15 @@ class RunComparison(TableView):
 
 
 def _energy_note(results: Iterable[TrainResult]) -> str:
-    """Where each run's joules came from (each source once), or why there are none; a caution for short steps."""
+    """Where each run's joules came from (each source once), or why there are none."""
     energies = [r.energy for r in results if r.energy is not None]
     sources = list(dict.fromkeys(e.source + ("" if e.counted else ", integrated from sampled power")
                                  for e in energies if e.measured))
     reasons = list(dict.fromkeys(e.reason for e in energies if not e.measured and e.reason))
-    parts = ["joules = the device's counter read around each timed step (warm-up left out): " + "; ".join(sources)
-             ] if sources else []
+    alone = any(ALONE in s for s in sources)
+    parts = [("joules = " if alone else "joules = the device's counter read around each timed step (warm-up left "
+              "out): ") + "; ".join(sources)] if sources else []
     parts += ["energy not measurable here: " + "; ".join(reasons)] if reasons else []
-    short = [r for r in results if r.energy is not None and r.energy.measured and r.energy.device.startswith("cuda")
-             and r.median_step_s < SHORT_STEP_S]
-    if short:
-        parts.append(f"steps under {SHORT_STEP_S * 1e3:.0f} ms: NVML's counter advances about every 100 ms "
-                     "(gl.published('nvml-energy-window')), so interleaved runs share its updates and their joules "
-                     "per item move toward each other; compare over many steps, or longer ones")
     return "; ".join(parts)
 
 

@@ -18,17 +18,18 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..telemetry.energy import Energy, EnergyMeter
+from ..telemetry.energy import GPU_COUNTER_PERIOD_S, Energy, EnergyMeter, too_short_for_the_gpu_counter
 
-__all__ = ["StepEnergy", "SHORT_STEP_S"]
+__all__ = ["StepEnergy", "SHORT_STEP_S", "BLOCK_S", "ALONE", "needs_a_block", "block_energy"]
 
-SHORT_STEP_S = 0.1      # NVML's energy counter advances about every 100 ms (gl.published("nvml-energy-window"))
+SHORT_STEP_S = GPU_COUNTER_PERIOD_S      # NVML's energy counter advances about every 100 ms
 
 
 class StepEnergy:
     """Energy of ``device`` (a torch device or its name) over many short windows: :meth:`start` / :meth:`stop`
     around each timed step, :meth:`total` for the steps after the first ``skip``. Once the first window gives no
-    figure, later windows read nothing (the reason stays)."""
+    figure, later windows read nothing (the reason stays). On a GPU, steps shorter than NVML's counter period
+    (``SHORT_STEP_S``) give no figure, with the reason: their windows cannot resolve the counter's updates."""
 
     def __init__(self, device: Any, rapl_root: str | os.PathLike | None = None) -> None:
         name = str(device)
@@ -65,5 +66,43 @@ class StepEnergy:
         if not kept or missing is not None:
             reason = missing.reason if missing is not None else (self._reason or "no step was timed")
             return Energy(self.device, seconds, None, "", reason or "not read")
+        median = sorted(e.seconds for e in kept)[len(kept) // 2]
+        if self.device.startswith("cuda") and median < SHORT_STEP_S:
+            return Energy(self.device, seconds, None, "", too_short_for_the_gpu_counter("steps"))
         joules = float(sum(e.joules for e in kept))           # type: ignore[misc]
         return Energy(self.device, seconds, joules, kept[0].source, None, all(e.counted for e in kept))
+
+
+ALONE = ("each step run alone on a copy of its model for a block of seconds, its steps being shorter than the ~100 ms "
+         "between updates of NVML's counter (gl.published('nvml-energy-window')); lr 0 leaves the runs' weights as "
+         "they were")
+
+
+def needs_a_block(energy: Energy, step_s: float) -> bool:
+    """Whether a run's per-step energy was refused only because its GPU steps are shorter than the counter's period:
+    a block of its step run alone then gives the figure.
+
+    Example:
+        >>> needs_a_block(Energy("cuda:0", 0.4, None, "", too_short_for_the_gpu_counter("steps")), 0.01)
+        True
+        >>> needs_a_block(Energy("cpu", 0.4, None, "", "no RAPL"), 0.01)
+        False
+    """
+    return (energy.joules is None and energy.device.startswith("cuda") and step_s < SHORT_STEP_S
+            and energy.reason in (too_short_for_the_gpu_counter("steps"), too_short_for_the_gpu_counter("windows")))
+
+
+def block_energy(step: Any, device: Any, seconds: float = 2.0) -> Energy:
+    """The energy of ``step`` (a callable) run back to back for ``seconds`` inside one counter window
+    (:func:`gpulab.benchmark` with ``energy=True``): a window long enough for NVML's ~100 ms updates, so its mean
+    power is this step's own. ``joules`` covers the whole window; ``watts`` is what a run's steps are charged."""
+    from ..timing import benchmark
+
+    m = benchmark(step, device=device, min_run_time=seconds, warmup=1, warn_noisy=False, energy=True)
+    e = m.energy
+    if e is None or not e.measured:
+        return e if e is not None else Energy(str(device), 0.0, None, "", "the benchmark read no energy")
+    return Energy(e.device, e.seconds, e.joules, f"{e.source}; {ALONE}", None, e.counted)
+
+
+BLOCK_S = 2.0           # seconds of a step run alone when its steps are too short for the GPU's counter

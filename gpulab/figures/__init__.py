@@ -2,10 +2,11 @@
 :class:`~gpulab.figures.published.Published`. :mod:`gpulab.reference` gathers them by key."""
 from __future__ import annotations
 
-from . import capstone, compilers, energy, hardware, multigpu, pipelines, training
+from . import capstone, compilers, energy, hardware, multigpu, pipelines, training, transformers
 from .published import Published
 
 ALL: tuple[Published, ...] = (*training.FIGURES, *hardware.FIGURES, *pipelines.FIGURES, *multigpu.FIGURES,
-                               *compilers.FIGURES, *capstone.FIGURES, *energy.FIGURES)
+                               *compilers.FIGURES, *capstone.FIGURES, *energy.FIGURES,
+                               *transformers.FIGURES)
 
 __all__ = ["ALL", "Published"]

@@ -167,4 +167,50 @@ def numba_backend(device: Any = None) -> KernelBackend:
                 "syncthreads barriers and shared arrays - exact results, far slower than any GPU")
         return KernelBackend("numba", "simulator", "cpu", numba.__version__, note, cuda)
     note = "@cuda.jit kernels compile to PTX for this GPU on first launch (numba-cuda, NVVM)"
+    restored = _numpy_aliases_for_numba()
+    if restored:
+        note += (f"; numpy {_version('numpy')} removed np.{', np.'.join(restored)}, which numba-cuda "
+                 f"{_version('numba-cuda')} still registers: restored as the alias it was (np.vstack)")
+    why = _compile_probe(cuda)
+    if why:
+        raise ImportError(f"Numba's CUDA target cannot compile a kernel here (numba-cuda {_version('numba-cuda')}, "
+                          f"numba {numba.__version__}, numpy {_version('numpy')}): {why}. Install a numba-cuda that "
+                          "supports this numpy (the course pins numba-cuda[cu12]/[cu13]==0.30.4 with numpy < 2.5), or "
+                          "run the Numba kernels on a CPU in the simulator (numba_backend('cpu'), in a fresh kernel)")
     return KernelBackend("numba", "compiled", "cuda", numba.__version__, note, cuda)
+
+
+def _version(dist: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "?"
+
+
+def _numpy_aliases_for_numba() -> list[str]:
+    """NumPy 2.5 removed ``np.row_stack`` (an alias of ``np.vstack`` since NumPy 1.x); numba-cuda 0.30 still
+    overloads it while loading its typing registries, so its first compile fails. Restore the alias (the same
+    function it always named) and return what was restored."""
+    import numpy as np
+
+    restored = []
+    if not hasattr(np, "row_stack"):
+        np.row_stack = np.vstack
+        restored.append("row_stack")
+    return restored
+
+
+def _compile_probe(cuda: ModuleType) -> str | None:
+    """Compile a one-line kernel to PTX (no launch): None when Numba's CUDA target compiles here, else why not."""
+    def one(x: Any) -> None:
+        i = cuda.grid(1)
+        if i < x.size:
+            x[i] = 1.0
+
+    try:
+        cuda.compile_ptx(one, "void(float32[:])", cc=(7, 5))
+        return None
+    except Exception as e:           # whatever broke inside numba's pipeline: reported with the versions
+        return f"{type(e).__name__}: {e}"

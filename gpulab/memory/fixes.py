@@ -75,6 +75,8 @@ def smaller_card(budget_bytes: int, device: Any = None) -> Iterator[Card]:
     import torch
 
     dev = torch.device(device)
+    if dev.index is None:           # set_per_process_memory_fraction needs an index: "cuda" is the current GPU
+        dev = torch.device("cuda", torch.cuda.current_device())
     total = torch.cuda.get_device_properties(dev).total_memory
     if budget_bytes > total:
         raise ValueError(f"budget {fmt_bytes(budget_bytes)} exceeds this GPU's {fmt_bytes(total)}")

@@ -21,7 +21,8 @@ from typing import Any
 from .._format import fmt_number
 from .rapl import RaplMeter, rapl_zones
 
-__all__ = ["Energy", "EnergyMeter", "SAMPLED_POWER", "NOT_MEASURABLE", "POWER_EVERY_S"]
+__all__ = ["Energy", "EnergyMeter", "SAMPLED_POWER", "NOT_MEASURABLE", "POWER_EVERY_S", "GPU_COUNTER_PERIOD_S",
+           "too_short_for_the_gpu_counter"]
 
 NOT_MEASURABLE = "not measurable here"
 # why integrated power is an estimate (the published figures are gpulab.published("nvml-power-sampling"))
@@ -30,6 +31,16 @@ SAMPLED_POWER = ("NVML's board power is a reading the GPU updates periodically a
                  "runtime is sampled (Yang et al., arXiv 2312.02741), so energy integrated from it can be off where "
                  "the load changes faster than that")
 POWER_EVERY_S = 0.05          # how often the fallback reads power
+# NVML's energy counter advances in steps about 100 ms apart (gpulab.published("nvml-energy-window"); 100 ms
+# measured between updates on an H200, idle and under matmuls): a window much shorter cannot resolve it
+GPU_COUNTER_PERIOD_S = 0.1
+
+
+def too_short_for_the_gpu_counter(what: str = "windows") -> str:
+    """Why a GPU gives no joules for ``what`` (each window shorter than :data:`GPU_COUNTER_PERIOD_S`)."""
+    return (f"{what} shorter than the ~100 ms between updates of NVML's energy counter give no joules of their own "
+            "(gpulab.published('nvml-energy-window')): each window holds no update, or one that also covers its "
+            "neighbours; read energy over a second or more per variant, e.g. gl.benchmark(fn, energy=True)")
 
 
 @dataclass(frozen=True)
@@ -269,6 +280,8 @@ class EnergyMeter:
                 joules = None if mj is None else max(0.0, float(mj) / 1000.0 - self._e0)
                 if joules is None:
                     why = "NVML's energy counter stopped answering"
+                elif seconds < GPU_COUNTER_PERIOD_S:     # no update, or one that covers time outside the window
+                    joules, why = None, too_short_for_the_gpu_counter("windows")
         self.energy = Energy(self.device, seconds, joules, self._source if joules is not None else "",
                              None if joules is not None else why, counted)
         return self.energy

@@ -4,7 +4,7 @@
 
 or, from a notebook, ``gl.launch("gpulab.course.scripts.fsdp_train", nproc=2)``. Each rank
 
-1. builds the same MLP twice from one seed: a DDP replica (every rank holds every parameter) and an FSDP2 model
+1. builds the same MLP (``--model gpt``: the course's GPT, sharded per block) twice from one seed: a DDP replica (every rank holds every parameter) and an FSDP2 model
    (:func:`fully_shard` on each ``Linear`` and on the root: every rank holds ``1/world`` of each parameter, a
    ``DTensor`` sharded on dim 0, and gathers a layer's full weights only while it runs);
 2. trains both for ``--steps`` steps with Adam on its own shard of the same global batches;
@@ -21,11 +21,13 @@ from __future__ import annotations
 import argparse
 import copy
 import gc
+import time
 from typing import Any, Callable, Sequence
 
 from gpulab import course
 from gpulab.course.data_parallel import fsdp_runs_on_cpu as runs_on_cpu
 from gpulab.distributed import WorkerInfo, barrier, init_worker, report, shard_indices
+from gpulab.timing import synchronize
 
 __all__ = ["parse_args", "import_fully_shard", "runs_on_cpu", "local_bytes", "state_bytes", "train_both", "main"]
 
@@ -33,16 +35,22 @@ __all__ = ["parse_args", "import_fully_shard", "runs_on_cpu", "local_bytes", "st
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The script's options (``--help`` lists them)."""
     p = argparse.ArgumentParser(prog="fsdp_train", description="FSDP2 (fully_shard) beside DDP.")
-    p.add_argument("--hidden", type=int, default=512, help="width of the MLP's hidden layers")
-    p.add_argument("--layers", type=int, default=3, help="hidden layers")
+    p.add_argument("--model", choices=("mlp", "gpt"), default="mlp",
+                   help="the MLP, or the course's GPT (hidden = d_model, layers = blocks) on its byte-level text")
+    p.add_argument("--hidden", type=int, default=512, help="width of the MLP's hidden layers (the GPT's d_model)")
+    p.add_argument("--layers", type=int, default=3, help="hidden layers (the GPT's blocks)")
+    p.add_argument("--heads", type=int, default=4, help="the GPT's attention heads")
+    p.add_argument("--seq-len", type=int, default=64, help="the GPT's context: tokens per sequence")
     p.add_argument("--batch", type=int, default=32, help="items per rank per step")
     p.add_argument("--steps", type=int, default=3, help="training steps")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    for name in ("hidden", "layers", "batch", "steps"):
+    for name in ("hidden", "layers", "batch", "steps", "heads", "seq_len"):
         if getattr(args, name) < 1:
-            p.error(f"--{name} must be >= 1")
+            p.error(f"--{name.replace('_', '-')} must be >= 1")
+    if args.model == "gpt" and args.hidden % args.heads:
+        p.error(f"--hidden {args.hidden} must be a multiple of --heads {args.heads}")
     return args
 
 
@@ -101,16 +109,63 @@ def state_bytes(model: Any, optimizer: Any) -> dict[str, int]:
             "optimizer": local_bytes(moments)}
 
 
+def _median(times: list[float]) -> float:
+    """The median step after the first (which holds one-off costs), or the only one."""
+    kept = sorted(times[1:] or times)
+    return kept[len(kept) // 2]
+
+
+class _Data:
+    """The model and batches of ``--model``: the MLP on the course's example images, or the GPT on its text."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.tokens = None
+        if args.model == "gpt":
+            from gpulab.course.gpt import text_tokens
+
+            self.tokens = text_tokens()
+
+    def model(self) -> Any:
+        a = self.args
+        if a.model == "mlp":
+            return course.models.mlp(hidden=a.hidden, layers=a.layers)
+        from gpulab.course.gpt import gpt
+        from gpulab.transformer import TransformerShape
+
+        return gpt(TransformerShape(layers=a.layers, d_model=a.hidden, heads=a.heads, seq_len=a.seq_len, vocab=256))
+
+    def batch(self, n: int, seed: int) -> tuple[Any, Any]:
+        if self.tokens is None:
+            return course.models.example_batch("mlp", n, seed=seed)
+        import torch
+
+        from gpulab.course.gpt import token_batch
+
+        return token_batch(self.tokens, n, self.args.seq_len, torch.Generator().manual_seed(seed))
+
+    def loss(self, model: Any, x: Any, y: Any) -> Any:
+        if self.tokens is None:
+            import torch.nn.functional as F
+
+            return F.cross_entropy(model(x), y)
+        return model(x, y)[1]
+
+
+def _data(args: argparse.Namespace) -> _Data:
+    return _Data(args)
+
+
 def _full(t: Any) -> Any:
     return (t.full_tensor() if hasattr(t, "full_tensor") else t).detach().cpu()
 
 
 def train_both(info: WorkerInfo, args: argparse.Namespace) -> dict[str, Any]:
-    """Train a DDP replica and an FSDP2 model of the same MLP, from the same weights, on the same shards; return
-    this rank's bytes of model state in each, both loss curves (global means) and the final weights' difference."""
+    """Train a DDP replica and an FSDP2 model of the same MLP (or GPT), from the same weights, on the same shards;
+    return this rank's bytes of model state in each, both loss curves (global means), each one's median step time
+    and the final weights' difference."""
     import torch
     import torch.distributed as dist
-    import torch.nn.functional as F
     from torch.nn.parallel import DistributedDataParallel
 
     fully_shard = import_fully_shard()
@@ -119,28 +174,39 @@ def train_both(info: WorkerInfo, args: argparse.Namespace) -> dict[str, Any]:
         raise RuntimeError(f"fully_shard on a CPU (gloo) needs torch 2.7 or later; this is torch {torch.__version__}. "
                            "Upgrade torch, or run on GPUs (NCCL)")
     torch.manual_seed(args.seed)
-    base = course.models.mlp(hidden=args.hidden, layers=args.layers)
+    data = _data(args)
+    base = data.model()
     ddp = DistributedDataParallel(copy.deepcopy(base).to(dev),
                                   device_ids=[dev.index] if dev.type == "cuda" else None)
     sharded = copy.deepcopy(base).to(dev)
-    for layer in sharded:
-        if isinstance(layer, torch.nn.Linear):
-            fully_shard(layer)          # each layer's weights gathered just before it runs, freed after
-    fully_shard(sharded)                # the root: whatever the layers left (nothing here) and the step's hooks
+    # The mesh names this rank's device: fully_shard's default mesh is the machine's accelerator, so gloo ranks on
+    # the CPU of a one-GPU machine would otherwise shard onto cuda:0, cuda:1, ... (rank 1 has no GPU there).
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh(dev.type, (world,))
+    for layer in (sharded.blocks if args.model == "gpt" else sharded):
+        if args.model == "gpt" or isinstance(layer, torch.nn.Linear):
+            fully_shard(layer, mesh=mesh)   # each layer's weights gathered just before it runs, freed after
+    fully_shard(sharded, mesh=mesh)     # the root: whatever the layers left (nothing here) and the step's hooks
     optimizers = {"ddp": torch.optim.Adam(ddp.parameters(), lr=args.lr),
                   "fsdp": torch.optim.Adam(sharded.parameters(), lr=args.lr)}
     models = {"ddp": ddp, "fsdp": sharded}
     losses: dict[str, list[float]] = {"ddp": [], "fsdp": []}
+    times: dict[str, list[float]] = {"ddp": [], "fsdp": []}
     n = args.batch * world
     for step in range(args.steps):
-        x, y = course.models.example_batch("mlp", n, seed=args.seed + step)
+        x, y = data.batch(n, args.seed + step)
         mine = torch.tensor(shard_indices(n, world, seed=args.seed, epoch=step)[info.rank])
         xb, yb = x[mine].to(dev), y[mine].to(dev)
         for name, model in models.items():
+            synchronize(dev)
+            t0 = time.perf_counter()
             optimizers[name].zero_grad(set_to_none=False)
-            loss = F.cross_entropy(model(xb), yb)
+            loss = data.loss(model, xb, yb)
             loss.backward()             # DDP: all-reduce; FSDP: reduce-scatter, each rank keeps its shard's grads
             optimizers[name].step()
+            synchronize(dev)
+            times[name].append(time.perf_counter() - t0)
             mean = loss.detach().clone()
             dist.all_reduce(mean)
             losses[name].append(float(mean) / world)
@@ -152,7 +218,8 @@ def train_both(info: WorkerInfo, args: argparse.Namespace) -> dict[str, Any]:
             "ddp_losses": losses["ddp"], "fsdp_losses": losses["fsdp"],
             "max_loss_diff": max(abs(a - b) for a, b in zip(losses["ddp"], losses["fsdp"])),
             "max_param_diff": diff,
-            "fsdp_param_type": type(next(sharded.parameters())).__name__,
+            "fsdp_param_type": type(next(sharded.parameters())).__name__, "model": args.model,
+            **{f"{name}_step_s": _median(t) for name, t in times.items()},
             "torch": torch.__version__}
 
 

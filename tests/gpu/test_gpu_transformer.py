@@ -1,0 +1,91 @@
+"""Lesson 13's paths on a real GPU: SDPA picks a fused backend for 16-bit inputs, the written-out attention's memory
+grows as T^2 and SDPA's as T, a GPT-2-small-shaped training step's tokens/s and MFU against the measured bf16
+ceiling, and greedy generation with a KV cache faster than without, its cache holding the counted bytes."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import gpulab as gl
+from gpulab.attention import sdpa_backends
+from gpulab.course.attention_sweep import attention_sweep
+from gpulab.course.generation import generation_speed
+from gpulab.course.gpt import gpt, text_tokens, token_batch
+from gpulab.transformer import TransformerShape, mfu
+
+
+def test_sdpa_picks_a_fused_backend_for_16_bit_inputs(cuda, figure):
+    import torch
+
+    dtype = gl.choose_precision().autocast_dtype
+    q = torch.randn(4, 12, 1024, 64, device=cuda, dtype=dtype)
+    report = sdpa_backends(q, q, q, is_causal=True)
+    figure("sdpa_default_backend", None, "", note=f"{report.default} chosen for {report.dtype} causal attention; "
+                                                  f"runs here: {', '.join(report.available)}")
+    assert report.default != "math", report
+    assert report.default in report.available and "math" in report.available, report
+    fp32 = sdpa_backends(*(q.float(),) * 3, is_causal=True)
+    assert fp32.reasons["flash"] is not None, fp32       # flash attention has no fp32 kernel: torch says why
+
+
+def test_attention_memory_grows_as_t_squared_written_out_and_as_t_through_sdpa(cuda, figure):
+    sweep = attention_sweep([1024, 2048, 4096], batch=4, heads=12, head_dim=64, device=cuda, min_run_time=0.1)
+    manual, fused = sweep.growth("manual"), sweep.growth("sdpa")
+    last = sweep.points[-1]
+    figure("attention_memory_growth_written_out", manual, "exponent of T", note=repr(sweep))
+    figure("attention_memory_growth_sdpa", fused, "exponent of T")
+    figure("attention_speedup_sdpa_T4096", last.manual_s / last.sdpa_s, "x", note=f"backend {last.backend}")
+    assert manual is not None and fused is not None and manual > 1.6 and fused < 1.3, sweep
+    assert last.sdpa_s < last.manual_s, sweep
+
+
+def test_gpt2_small_training_step_tokens_per_s_and_mfu(cuda, figure):
+    import torch
+
+    shape = TransformerShape(layers=12, d_model=768, heads=12, seq_len=1024, vocab=256)
+    torch.manual_seed(0)
+    model = gpt(shape).to(cuda)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)
+    dtype = gl.choose_precision().autocast_dtype
+    tokens, gen = text_tokens(), torch.Generator().manual_seed(0)
+    batch = 8
+    x, y = token_batch(tokens, batch, shape.seq_len, gen, device=cuda)
+
+    def step():
+        with torch.autocast("cuda", dtype=dtype):
+            _, loss = model(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss
+
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize(cuda)
+    n, t0 = 10, time.perf_counter()
+    for _ in range(n):
+        loss = step()
+    torch.cuda.synchronize(cuda)
+    tok_s = n * batch * shape.seq_len / (time.perf_counter() - t0)
+    peak = gl.machine_limits(cuda).peak_flops(str(dtype).replace("torch.", ""))
+    share = mfu(shape.flops_per_token(), tok_s, peak)
+    figure("gpt2_small_train_tokens_per_s", tok_s, "tokens/s", note=f"{dtype}, batch {batch} x {shape.seq_len}, "
+                                                                     f"fused AdamW, eager")
+    figure("gpt2_small_train_mfu_of_measured_peak", 100 * share, "%", note=f"peak {peak / 1e12:.0f} TFLOP/s measured")
+    assert torch.isfinite(loss) and 0.0 < share < 1.0
+
+
+def test_the_kv_cache_speeds_generation_and_holds_the_counted_bytes(cuda, figure):
+    import torch
+
+    shape = TransformerShape(layers=6, d_model=512, heads=8, seq_len=512, vocab=256)
+    torch.manual_seed(0)
+    model = gpt(shape).to(cuda)
+    speed = generation_speed(model, prompt_len=64, new_tokens=128, batches=(1, 16), repeats=2)
+    figure("generation_cache_speedup_batch1", speed.cache_speedup(1), "x", note=repr(speed))
+    figure("generation_tokens_per_s_batch16_cached", speed.row(16).cached_tokens_per_s, "tokens/s")
+    for b in (1, 16):
+        row = speed.row(b)
+        assert row.cache_bytes == row.counted_bytes, speed
+    assert speed.cache_speedup(16) > 1.0, speed
