@@ -28,8 +28,8 @@ def test_a_recipe_refuses_bad_values_by_name(bad):
 
 
 def test_describe_names_what_differs():
-    assert GPTRecipe().describe().startswith("fp32")
-    assert GPTRecipe(precision="bf16", fused=True).describe() == "precision=bf16, fused=True"
+    assert GPTRecipe().describe() == "fp32, micro-batch 8, lr 0.003"
+    assert GPTRecipe(compile=True, checkpoint=True).describe() == "fp32, micro-batch 8, compiled blocks, checkpointed blocks, lr 0.003"
 
 
 def _grads(recipe, batches):

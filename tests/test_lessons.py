@@ -15,7 +15,7 @@ DEVICE_FACTS = re.compile(r"\b(2|two) cores\b|this machine has|no GPU to\b|on th
 # A measured challenge (a code cell tagged 'challenge'): speed against a baseline, a memory budget, or
 # (multi-GPU) all-reduces counted.
 CHALLENGES = ("course.challenge(", "course.fit_challenge(", "course.check_no_sync(", "gl.memory_budget(",
-              "course.fused_challenge(", "course.recipe_challenge(")
+              "course.fused_challenge(", "course.recipe_challenge(", "course.gpt_challenge(")
 SOLUTION_TITLE = re.compile(r'^#@title .*\{ *display-mode: *"form" *\}')
 
 

@@ -53,10 +53,17 @@ class GPTRecipe:
             raise ValueError(f"lr must be a learning rate in (0, 1), got {self.lr!r}")
 
     def describe(self) -> str:
-        """One line: what differs from the default recipe."""
-        base = GPTRecipe()
-        parts = [f"{k}={v}" for k, v in asdict(self).items() if v != getattr(base, k)]
-        return ", ".join(parts) or "fp32, AdamW (for-each), eager, no checkpointing"
+        """The recipe in one line, every lever named.
+
+        Example:
+            >>> GPTRecipe(precision="bf16", fused=True, micro_batch=4, accumulation=2).describe()
+            'bf16, micro-batch 4 x 2 accumulated, fused AdamW, lr 0.003'
+        """
+        parts = [self.precision, f"micro-batch {self.micro_batch}" + (f" x {self.accumulation} accumulated"
+                                                                     if self.accumulation > 1 else "")]
+        parts += [name for on, name in ((self.fused, "fused AdamW"), (self.compile, "compiled blocks"),
+                                        (self.checkpoint, "checkpointed blocks")) if on]
+        return ", ".join(parts + [f"lr {self.lr:g}"])
 
     def params(self) -> dict[str, Any]:
         return asdict(self)
