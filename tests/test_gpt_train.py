@@ -83,8 +83,16 @@ def test_the_levers_follow_the_device():
     assert not changes["torch.compile each block"].available and "compile_on_cpu" in changes["torch.compile each block"].why_not
     assert gpt_changes(SHAPE, device="cpu", compile_on_cpu=True)[2].available
     assert changes["accumulation x4 (memory)"].branch and changes["activation checkpointing (memory)"].branch
-    options = changes["largest micro-batch"].fields(GPTRecipe(micro_batch=8))
-    assert [o[1]["micro_batch"] for o in options] == [32, 16]                  # the largest first
+    fits = {8: 100.0, 16: 150.0, 32: 200.0}
+    gpt_train_fits = gpt_train.micro_batches_that_fit
+    try:
+        gpt_train.micro_batches_that_fit = lambda shape, r, device=None: fits
+        options = changes["largest micro-batch"].fields(GPTRecipe(micro_batch=8))
+        assert [o[1]["micro_batch"] for o in options] == [32, 16]              # the fastest first
+        fits.update({16: 103.0, 32: 90.0})                                      # none faster by 5%: nothing to try
+        assert changes["largest micro-batch"].fields(GPTRecipe(micro_batch=8)) == []
+    finally:
+        gpt_train.micro_batches_that_fit = gpt_train_fits
     assert changes["accumulation x4 (memory)"].fields(GPTRecipe(micro_batch=8)) == {"micro_batch": 2, "accumulation": 4}
 
 
@@ -120,3 +128,8 @@ def test_the_challenge_counts_tokens_and_holds_accuracy(monkeypatch):
     with pytest.raises(AssertionError, match="does not compute the same"):
         course.gpt_challenge("less accurate", SHAPE, GPTRecipe(micro_batch=32), baseline=GPTRecipe(micro_batch=1),
                              speedup=1.2, tokens=2048, min_run_time=0.3, device="cpu")
+
+
+def test_the_micro_batches_that_fit_are_timed():
+    fits = gpt_train.micro_batches_that_fit(SHAPE, GPTRecipe(micro_batch=2), device="cpu")
+    assert sorted(fits) == [2, 4, 8] and all(v > 0 for v in fits.values())      # up to 4x, all within a T4's memory

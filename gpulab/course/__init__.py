@@ -106,7 +106,8 @@ from .capstone_energy import PrecisionCost, compare_precisions, energy_headline,
 from .gpt import generate, gpt, text_tokens, token_batch
 from .attention_sweep import AttentionPoint, AttentionSweep, attention_sweep, manual_attention
 from .generation import GenerationRow, GenerationSpeed, generation_speed
-from .gpt_train import GPTRecipe, GPTRun, gpt_ablation, gpt_challenge, gpt_changes, gpt_stepper, train_gpt
+from .gpt_train import (GPTRecipe, GPTRun, gpt_ablation, gpt_challenge, gpt_changes, gpt_stepper, micro_batches_that_fit,
+                        train_gpt)
 from .energy_lesson import (EnergyExample, PowerContrast, check_energy_reading, example_energy_trace,
                             power_contrast)
 
@@ -120,7 +121,7 @@ __all__ = [
     "PrecisionCost", "precision_cost", "compare_precisions", "energy_headline",
     "gpt", "text_tokens", "token_batch", "generate", "AttentionPoint", "AttentionSweep", "attention_sweep",
     "manual_attention", "GenerationRow", "GenerationSpeed", "generation_speed", "GPTRecipe", "GPTRun", "train_gpt",
-    "gpt_stepper", "gpt_changes", "gpt_ablation", "gpt_challenge",
+    "gpt_stepper", "gpt_changes", "gpt_ablation", "gpt_challenge", "micro_batches_that_fit",
     "check_tracked", "recipe_ceiling", "recipe_challenge", "RecipeChallenge", "results_card", "ResultsCard", "results_dir", "runs_dir",
     "MFU", "mfu_report",
     "serial_parallel_step", "SerialParallelStep", "python_work", "speedup_needed",
