@@ -160,8 +160,9 @@ def benchmark_interleaved(fns: Mapping[str, Callable[[], Any]], *, min_run_time:
             between 1 ms and 50 ms).
         energy: read the device's energy counter around every timed block, so each variant's joules are the
             counter over its own blocks (``Measurement.joules_per_call``). NVML's counter updates about every
-            100 ms: on a GPU, blocks shorter than that give no figure, with the reason (``block_s=0.2`` or
-            :func:`gpulab.benchmark` per variant give one). False skips it.
+            100 ms, each update covering the 100 ms before it: on a GPU, blocks under a second mix in their
+            neighbours' joules and give no figure, with the reason (``block_s=1.0``, or :func:`gpulab.benchmark`
+            per variant, give one). False skips it.
 
     Returns a dict label -> :class:`~gpulab.Measurement`, in the order given; every Measurement has the
     same number of runs (rounds), so medians compare.
@@ -238,9 +239,10 @@ def benchmark_interleaved(fns: Mapping[str, Callable[[], Any]], *, min_run_time:
 
 
 def _variant_energy(meter: Any, dev: str, joules: float | None, spent: float, rounds: int) -> Any:
-    """A variant's energy over its own blocks; none on a GPU whose blocks are shorter than the counter's period."""
-    from .telemetry.energy import GPU_COUNTER_PERIOD_S, Energy, too_short_for_the_gpu_counter
+    """A variant's energy over its own blocks; none on a GPU whose blocks are too short for the counter to tell them
+    from their neighbours' (under :data:`~gpulab.telemetry.energy.GPU_INTERLEAVED_WINDOW_S`)."""
+    from .telemetry.energy import GPU_INTERLEAVED_WINDOW_S, Energy, too_short_for_the_gpu_counter
 
-    if dev.startswith("cuda") and joules is not None and spent / max(rounds, 1) < GPU_COUNTER_PERIOD_S:
-        return Energy(dev, spent, None, "", too_short_for_the_gpu_counter("interleaved blocks"))
+    if dev.startswith("cuda") and joules is not None and spent / max(rounds, 1) < GPU_INTERLEAVED_WINDOW_S:
+        return Energy(dev, spent, None, "", too_short_for_the_gpu_counter("blocks", interleaved=True))
     return meter.part(joules, spent)

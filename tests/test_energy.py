@@ -297,16 +297,18 @@ def test_a_meter_started_for_every_step_finds_its_counters_once(package_at, monk
 
 
 def test_interleaved_gpu_blocks_shorter_than_the_counter_period_give_no_figure():
-    """NVML's counter advances about every 100 ms (measured on an H200): a GPU variant's blocks of 50 ms cannot
-    resolve it, blocks of 250 ms can; a CPU's RAPL counter (about 1 ms) resolves either."""
+    """NVML's counter advances about every 100 ms (measured on an H200), each update covering the 100 ms before it:
+    a GPU variant's blocks of 250 ms, in turn with another's, mix in about a fifth of their neighbours' joules, so they
+    give no figure; blocks of 2.5 s do. A CPU's RAPL counter (about 1 ms) resolves either."""
     from gpulab.interleaved import _variant_energy
 
     class Meter:
         def part(self, joules, seconds):
             return Energy("dev", seconds, joules, "a counter")
 
-    short = _variant_energy(Meter(), "cuda:0", 5.0, 0.5, rounds=10)
-    assert short.joules is None and "100 ms" in short.reason and "gl.benchmark" in short.reason
-    assert _variant_energy(Meter(), "cuda:0", 5.0, 0.5, rounds=2).joules == 5.0
+    for rounds in (10, 2):                                     # blocks of 50 ms and of 250 ms
+        short = _variant_energy(Meter(), "cuda:0", 5.0, 0.5, rounds=rounds)
+        assert short.joules is None and "under a second" in short.reason and "gl.benchmark" in short.reason
+    assert _variant_energy(Meter(), "cuda:0", 50.0, 5.0, rounds=2).joules == 50.0
     assert _variant_energy(Meter(), "cpu", 5.0, 0.5, rounds=10).joules == 5.0
     assert _variant_energy(Meter(), "cuda:0", None, 0.5, rounds=2).joules is None

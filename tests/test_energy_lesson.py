@@ -226,3 +226,8 @@ def test_short_gpu_steps_get_a_block_of_the_step_alone(monkeypatch):
     assert "each step run alone" in repr(course.compare_runs([r]))
     other = Energy("cuda:0", 0.2, None, "", "NVML is not available (no driver)")
     assert tr.run_energy(Meter(other), 1, [0.01] * 10, *args) is other and len(calls) == 1
+    read = Energy("cuda:0", 3.0, 900.0, "NVML energy counter (the whole board)")       # steps of 0.3 s, read
+    assert tr.run_energy(Meter(read), 1, [0.3] * 10, *args) is read and len(calls) == 1          # alone: kept
+    assert tr.run_energy(Meter(read), 1, [0.3] * 10, *args, interleaved=True).watts == pytest.approx(300.0)
+    assert len(calls) == 2                                     # in turn with other runs: a block of the step alone
+    assert tr.run_energy(Meter(read), 1, [1.5] * 10, *args, interleaved=True) is read        # long enough

@@ -184,7 +184,8 @@ def train_interleaved(runs: Mapping[str, tuple[Any, Any, TrainConfig]],
         out[label] = TrainResult(label, vals, tuple(times[label]), items, peaks[label], config, warm,
                                  {"interleaved_with": len(labels), "memory_method": method, "device": str(dev)},
                                  energy=run_energy(meters[label], warm, times[label], prepared[label][0],
-                                                   prepared[label][2], config, last[label], loss_fn))
+                                                   prepared[label][2], config, last[label], loss_fn,
+                                                   interleaved=len(labels) > 1))
     return out
 
 

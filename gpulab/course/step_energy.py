@@ -73,9 +73,9 @@ class StepEnergy:
         return Energy(self.device, seconds, joules, kept[0].source, None, all(e.counted for e in kept))
 
 
-ALONE = ("each step run alone on a copy of its model for a block of seconds, its steps being shorter than the ~100 ms "
-         "between updates of NVML's counter (gl.published('nvml-energy-window')); lr 0 leaves the runs' weights as "
-         "they were")
+ALONE = ("each step run alone on a copy of its model for a block of seconds, its steps being too short for NVML's "
+         "counter, which advances about every 100 ms (gl.published('nvml-energy-window')); lr 0 leaves the runs' "
+         "weights as they were")
 
 
 def needs_a_block(energy: Energy, step_s: float) -> bool:

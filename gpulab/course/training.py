@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Literal
 
 from .._format import fmt_bytes, fmt_number, fmt_seconds, html_table, text_table
-from ..telemetry.energy import Energy
+from ..telemetry.energy import GPU_INTERLEAVED_WINDOW_S, Energy, too_short_for_the_gpu_counter
 from .step_energy import BLOCK_S, StepEnergy, block_energy, needs_a_block
 
 __all__ = ["TrainConfig", "train_step", "train", "TrainResult", "accumulated_gradients", "evaluate", "copied_step", "run_energy"]
@@ -309,15 +309,21 @@ def copied_step(model: Any, optimizer: Any, config: Any, batch: Any, loss_fn: An
 
 
 def run_energy(meter: StepEnergy, skip: int, times: Any, model: Any, optimizer: Any, config: Any, batch: Any,
-               loss_fn: Any = None) -> Energy:
-    """A run's energy: its timed steps' counter windows (after ``skip``), or, on a GPU whose steps are shorter than
-    the counter's period, :data:`BLOCK_S` seconds of the same step run alone on a copy (:func:`copied_step`)."""
+               loss_fn: Any = None, *, interleaved: bool = False) -> Energy:
+    """A run's energy: its timed steps' counter windows (after ``skip``), or, on a GPU whose steps are too short for
+    the counter (under its ~100 ms period; under a second when ``interleaved`` with other runs' steps, whose joules a
+    short window mixes in), :data:`BLOCK_S` seconds of the same step run alone on a copy (:func:`copied_step`)."""
     e = meter.total(skip=skip)
     kept = sorted(times[skip:] or times)
-    if not kept or not needs_a_block(e, kept[len(kept) // 2]):
+    if not kept or not e.device.startswith("cuda"):
+        return e
+    step = kept[len(kept) // 2]
+    mixed = interleaved and e.measured and step < GPU_INTERLEAVED_WINDOW_S
+    if not (mixed or needs_a_block(e, step)):
         return e
     try:
         return block_energy(copied_step(model, optimizer, config, batch, loss_fn), e.device, BLOCK_S)
     except Exception as ex:      # e.g. a model deepcopy refuses: no figure, and both reasons
-        return Energy(e.device, e.seconds, None, "", f"{e.reason}; a block of the step alone could not run "
+        why = e.reason or too_short_for_the_gpu_counter("steps", interleaved=True)
+        return Energy(e.device, e.seconds, None, "", f"{why}; a block of the step alone could not run "
                                                      f"({type(ex).__name__}: {ex})")

@@ -22,7 +22,7 @@ from .._format import fmt_number
 from .rapl import RaplMeter, rapl_zones
 
 __all__ = ["Energy", "EnergyMeter", "SAMPLED_POWER", "NOT_MEASURABLE", "POWER_EVERY_S", "GPU_COUNTER_PERIOD_S",
-           "too_short_for_the_gpu_counter"]
+           "GPU_INTERLEAVED_WINDOW_S", "too_short_for_the_gpu_counter"]
 
 NOT_MEASURABLE = "not measurable here"
 # why integrated power is an estimate (the published figures are gpulab.published("nvml-power-sampling"))
@@ -34,10 +34,19 @@ POWER_EVERY_S = 0.05          # how often the fallback reads power
 # NVML's energy counter advances in steps about 100 ms apart (gpulab.published("nvml-energy-window"); 100 ms
 # measured between updates on an H200, idle and under matmuls): a window much shorter cannot resolve it
 GPU_COUNTER_PERIOD_S = 0.1
+# A window in turn with other work's windows: the first update inside it covers, on average, half a period of the work
+# before it, so its joules mix in about (period / 2) / window of the neighbours': 5% at a second
+GPU_INTERLEAVED_WINDOW_S = 10 * GPU_COUNTER_PERIOD_S
 
 
-def too_short_for_the_gpu_counter(what: str = "windows") -> str:
-    """Why a GPU gives no joules for ``what`` (each window shorter than :data:`GPU_COUNTER_PERIOD_S`)."""
+def too_short_for_the_gpu_counter(what: str = "windows", interleaved: bool = False) -> str:
+    """Why a GPU gives no joules for ``what``: each window shorter than :data:`GPU_COUNTER_PERIOD_S` or, taken in turn
+    with other work's windows (``interleaved``), shorter than :data:`GPU_INTERLEAVED_WINDOW_S`."""
+    if interleaved:
+        return (f"{what} of under a second, taken in turn with others', get no joules of their own from NVML's energy "
+                "counter: it advances about every 100 ms (gpulab.published('nvml-energy-window')), each update "
+                "covering the 100 ms before it, so a short window's joules mix in its neighbours'; read energy over a "
+                "second or more per variant, e.g. gl.benchmark(fn, energy=True)")
     return (f"{what} shorter than the ~100 ms between updates of NVML's energy counter give no joules of their own "
             "(gpulab.published('nvml-energy-window')): each window holds no update, or one that also covers its "
             "neighbours; read energy over a second or more per variant, e.g. gl.benchmark(fn, energy=True)")

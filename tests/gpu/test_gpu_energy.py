@@ -66,3 +66,20 @@ def test_monitor_phase_joules_match_the_counter(cuda, figure):
     figure("monitor_phase_vs_counter", None if phase is None else phase / direct.energy.joules, "x",
            note=f"phase {phase} J vs direct {direct.energy.joules:.1f} J; source {s.device(gpu).energy_source}")
     assert phase is not None and phase == pytest.approx(direct.energy.joules, rel=0.25)
+
+
+def test_interleaved_variants_get_their_own_power_only_in_second_long_blocks(cuda, figure):
+    """NVML's counter advances every 100 ms (an H200, 2026-11-26): blocks of a second per variant give each its own
+    power; the default short blocks give no figure, with the reason."""
+    import torch
+
+    a = torch.randn(4096, 4096, device=cuda, dtype=torch.float16)
+    fns = {"matmuls": lambda: a @ a, "sleep": lambda: time.sleep(0.005)}
+    long = gl.benchmark_interleaved(fns, min_run_time=4.0, block_s=1.0, device=cuda)
+    if not long["matmuls"].energy.measured:
+        pytest.skip(f"energy not measurable: {long['matmuls'].energy.reason}")
+    busy, idle = long["matmuls"].energy.watts, long["sleep"].energy.watts
+    figure("interleaved_power_matmuls_vs_sleep", busy / idle, "x", note=f"{busy:.0f} W vs {idle:.0f} W, 1 s blocks")
+    assert busy > 1.3 * idle, (busy, idle)
+    short = gl.benchmark_interleaved(fns, min_run_time=0.5, device=cuda)
+    assert short["matmuls"].energy.joules is None and "under a second" in short["matmuls"].energy.reason
