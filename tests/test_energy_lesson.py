@@ -231,3 +231,12 @@ def test_short_gpu_steps_get_a_block_of_the_step_alone(monkeypatch):
     assert tr.run_energy(Meter(read), 1, [0.3] * 10, *args, interleaved=True).watts == pytest.approx(300.0)
     assert len(calls) == 2                                     # in turn with other runs: a block of the step alone
     assert tr.run_energy(Meter(read), 1, [1.5] * 10, *args, interleaved=True) is read        # long enough
+
+
+def test_a_busy_block_no_hungrier_than_idle_is_explained_not_subtracted():
+    from types import SimpleNamespace as NS
+
+    idle = NS(label="sleep", elapsed_s=1.0, energy=Energy("cpu", 1.0, 50.0, "RAPL package counters"))
+    busy = NS(label="matmuls", elapsed_s=1.0, energy=Energy("cpu", 1.0, 48.0, "RAPL package counters"))
+    text = course.power_contrast(idle, busy, 10).summary()
+    assert "no more than the device drew doing nothing" in text and "-" not in text.split(":")[0]

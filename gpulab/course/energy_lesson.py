@@ -137,6 +137,10 @@ class PowerContrast:
             why = e.reason or self.idle.energy.reason
             return f"energy not measurable here: {why}. The table still shows how long each block ran."
         above = e.joules - self.idle.energy.watts * self.busy.elapsed_s
+        if above <= 0:
+            return (f"the busy block drew {self.ratio:.2f}x the idle block's mean power ({e.source}): no more than "
+                    "the device drew doing nothing, so the counter saw other work as well (every program on a CPU "
+                    "package counts, every process on a GPU) or the device was already at full power")
         return (f"the busy block drew {self.ratio:.2f}x the idle block's mean power ({e.source}); "
                 f"{fmt_number(above)} J of its {fmt_number(e.joules)} J is above what the device drew doing nothing "
                 f"for as long, so each of its {self.busy_items:,} items cost {self.joules_per_item:.3g} J in all")
