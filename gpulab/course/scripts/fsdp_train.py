@@ -152,10 +152,6 @@ class _Data:
         return model(x, y)[1]
 
 
-def _data(args: argparse.Namespace) -> _Data:
-    return _Data(args)
-
-
 def _full(t: Any) -> Any:
     return (t.full_tensor() if hasattr(t, "full_tensor") else t).detach().cpu()
 
@@ -174,7 +170,7 @@ def train_both(info: WorkerInfo, args: argparse.Namespace) -> dict[str, Any]:
         raise RuntimeError(f"fully_shard on a CPU (gloo) needs torch 2.7 or later; this is torch {torch.__version__}. "
                            "Upgrade torch, or run on GPUs (NCCL)")
     torch.manual_seed(args.seed)
-    data = _data(args)
+    data = _Data(args)
     base = data.model()
     ddp = DistributedDataParallel(copy.deepcopy(base).to(dev),
                                   device_ids=[dev.index] if dev.type == "cuda" else None)
