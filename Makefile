@@ -105,10 +105,14 @@ ui: install
 # The preflight a teacher runs on the GPU the learners will use (python -m gpulab check): the machine and stack, the
 # ceilings beside the datasheet, the GPU conformance tests (tests/gpu, skipped without CUDA) and every notebook with
 # the reference solutions on, each under a time limit; report.md and report.json in build/gpu-check/.
-# GPU_CHECK_ARGS passes options, e.g. GPU_CHECK_ARGS="--notebooks 08,11 --budget 600".
+# JOBS=N runs N notebooks at once beside the tests (default: what the host fits); AS=native,t4 adds a T4 rehearsed on
+# this GPU; GPU_CHECK_ARGS passes other options, e.g. GPU_CHECK_ARGS="--notebooks 08,11 --budget 600". A run on a GPU
+# files its record in tests/gpu/runs: commit it.
+JOBS ?=
+AS ?=
 GPU_CHECK_ARGS ?=
 gpu-check: install
-	$(PY) -m gpulab check $(GPU_CHECK_ARGS)
+	$(PY) -m gpulab check $(if $(JOBS),--jobs $(JOBS)) $(if $(AS),--as $(AS)) $(GPU_CHECK_ARGS)
 
 # The stress run: unit tests and notebooks with one core kept busy by a spinning process (tools/busy_core.py starts
 # it, stops it at the end and never leaves it behind), as on a shared runner. STRESS_CORES sets how many.

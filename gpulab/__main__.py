@@ -55,6 +55,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     chk.add_argument("--no-limits", action="store_true", help="skip measuring the ceilings")
     chk.add_argument("--budget", type=float, default=900.0, help="seconds for the whole check (default 900)")
     chk.add_argument("--notebook-timeout", type=float, default=300.0, help="seconds per notebook (default 300)")
+    chk.add_argument("--jobs", type=int, default=None, metavar="N",
+                     help="notebooks (and the tests) at once on the one GPU (default: what the host fits; 1 without "
+                          "a GPU); what fails beside others is re-run alone at the end while the budget lasts")
+    chk.add_argument("--as", dest="profiles", default="native", metavar="PROFILES",
+                     help="native, t4 (a T4 rehearsed on this GPU: its memory, fp16, no TF32, its attention kernels) "
+                          "or both: --as native,t4 (default: native)")
+    chk.add_argument("--no-ledger", action="store_true",
+                     help="write no record into the course's ledger of GPU runs (tests/gpu/runs)")
     chk.add_argument("--json", action="store_true", help="print the report as JSON")
     sub.add_parser("version", help="print gpulab's version")
     args = parser.parse_args(argv)
@@ -144,18 +152,25 @@ def _command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """``python -m gpulab check``: exit 0 when every test and notebook passed or skipped, 1 otherwise."""
-    from .preflight import check
+    from .preflight import Interrupted, check
 
     nbs = None if args.notebooks is None else (
         () if args.notebooks.strip().lower() == "none" else tuple(n.strip() for n in args.notebooks.split(",") if n.strip()))
     try:
         report = check(args.root, args.out, tests=not args.no_tests, notebooks=nbs, limits=not args.no_limits,
-                       budget_s=args.budget, notebook_timeout_s=args.notebook_timeout,
+                       budget_s=args.budget, notebook_timeout_s=args.notebook_timeout, jobs=args.jobs,
+                       profiles=args.profiles, ledger=not args.no_ledger,
                        progress=None if args.json else (lambda line: print(line, flush=True)))
     except (ValueError, TypeError) as e:
-        parser.error(str(e))
+        print(f"gpulab check: {e}", file=sys.stderr, flush=True)       # one line, before any work
+        return 2
+    except Interrupted as stop:
+        print(repr(stop.report), flush=True)
+        print("gpulab check: interrupted: every job was ended; the report has what finished", file=sys.stderr,
+              flush=True)
+        return 130
     print(json.dumps(report.to_dict(), indent=2, default=str) if args.json else repr(report))
-    undone = [f"{o.name}: {o.detail}" for o in report.tests + report.notebooks if o.status == "not run"]
+    undone = [f"{o.name} not run: {o.detail}" for o in report.tests + report.notebooks if o.status == "not run"]
     undone += [n for n in report.notes if n.startswith("notebooks not run")]
     if undone:
         print(f"gpulab check: {'FAILED' if not report.ok else 'incomplete'}: {undone[0]}"

@@ -111,6 +111,11 @@ def choose_precision(info: Any = None, *, gpu: str | None = None) -> PrecisionCh
         seen = [g for g in info.gpus if getattr(g, "visible", True)]   # the GPUs CUDA processes see
         ccs = [g.compute_capability for g in seen if g.compute_capability]
         names = sorted({g.name for g in seen}) or ["GPU"]
+        from .rehearsal import active
+
+        profile = active()
+        if profile is not None:      # GPULAB_AS: the rehearsed GPU's rule, on this one
+            return _cuda_choice(f"{profile.name} rehearsed on {', '.join(names)}", profile.compute_capability)
         return _cuda_choice(", ".join(names), min(ccs) if ccs else None)
     if caps.device == "mps":
         return _choice("mps (Apple GPU)", "fp16", "Apple GPU", None,

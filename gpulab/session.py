@@ -75,7 +75,8 @@ def setup(seed: int | None = 0, quiet: bool = True) -> Session:
     """Pick the device, seed the random generators, quiet framework logs; return a :class:`Session`.
 
     The banner names the device work runs on, e.g. ``"cuda: Tesla T4 (15 GiB)"`` or ``"cpu: AMD EPYC (2 threads); no
-    CUDA or MPS GPU found"``. On a CUDA machine TensorFlow is set to
+    CUDA or MPS GPU found"``. Under ``GPULAB_AS=t4`` a CUDA GPU rehearses a T4 (:mod:`gpulab.rehearsal`: its memory,
+    fp16 instead of bf16, no TF32, its attention kernels; said in ``notes``). On a CUDA machine TensorFlow is set to
     allocate GPU memory on demand (before it starts; said once in ``notes``). When TensorFlow and Triton are
     both installed, Triton is loaded first, so importing TensorFlow later in the notebook cannot crash
     PyTorch's compiler (tensorflow/tensorflow#124205); without a CUDA GPU it is loaded in interpreter mode
@@ -94,6 +95,11 @@ def setup(seed: int | None = 0, quiet: bool = True) -> Session:
         os.environ.setdefault("TRITON_INTERPRET", "1")
     preload_triton()   # before any TensorFlow import: Triton loaded after TF 2.20+ crashes the kernel
     notes = []
+    if kind != "cuda":
+        from .rehearsal import ENV, active
+
+        if active() is not None:
+            notes.append(f"{ENV}={os.environ[ENV]!r} is ignored: there is no CUDA GPU here to rehearse it on")
     if kind == "cuda":
         note = _tf_memory_on_demand()
         if note and note not in _said:
@@ -119,7 +125,10 @@ def setup(seed: int | None = 0, quiet: bool = True) -> Session:
         except ImportError:  # pragma: no cover - numpy is a core dependency
             pass
     if kind == "cuda":
+        from . import rehearsal
         from ._format import fmt_bytes
+
+        notes.extend(n for n in rehearsal.apply() if n not in notes)   # GPULAB_AS=t4: a T4 rehearsed on this GPU
 
         p = torch.cuda.get_device_properties(dev)
         n = torch.cuda.device_count()

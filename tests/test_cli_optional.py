@@ -42,7 +42,7 @@ def _run(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
     (("monitor", "--duration", "0.3", "--interval", "0.1"), {0}, None),
     (("runs",), {2}, "gpulab runs: mlflow and tensorboard are not installed: pip install mlflow tensorboard"),
     (("check", "--no-limits", "--notebooks", "00", "--out", "{tmp}"), {1},
-     "gpulab check: FAILED: tests/gpu: pytest is not installed"),
+     "gpulab check: FAILED: tests/gpu not run: pytest is not installed"),
     (("check", "--no-limits", "--no-tests", "--notebooks", "00", "--out", "{tmp}"), {1},
      "gpulab check: incomplete: notebooks not run: nbclient and ipykernel are missing"),
     (("nonsense",), {2}, "python -m gpulab: error: argument command: invalid choice"),
@@ -132,5 +132,5 @@ def test_check_without_pytest_says_so_in_its_last_line(monkeypatch, tmp_path, ca
     code = cli.main(["check", "--no-limits", "--notebooks", "none", "--out", str(tmp_path / "out")])
     out, err = capsys.readouterr()
     assert code == 1 and "FAILED" in out
-    assert err.splitlines()[-1].startswith("gpulab check: FAILED: tests/gpu: pytest is not installed here")
+    assert err.splitlines()[-1].startswith("gpulab check: FAILED: tests/gpu not run: pytest is not installed here")
     assert "pip install pytest" in err

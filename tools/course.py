@@ -78,6 +78,55 @@ _README_BADGE = re.compile(r"\[!\[Open In Colab\]\([^)]*\)\]\([^)]*/notebooks/([
 _INSTALL = re.compile(r'%pip install -q "gpulab @ git\+[^"]*"')
 
 
+LEDGER = ROOT / "tests" / "gpu" / "runs"
+_TABLE_HEAD = "| # | notebook | what you learn | CPU run time* |"
+_LESSON_ROW = re.compile(r"^\| ([0-9A-Z][0-9]) \| ")
+GPU_COLUMN = "last GPU run†"
+
+
+def gpu_runs() -> dict[str, dict[str, dict]]:
+    """Per lesson prefix, per profile: its last GPU run in the ledger (``tests/gpu/runs``)."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from gpulab.preflight.ledger import last_runs, read_ledger
+
+    return last_runs(read_ledger(LEDGER))
+
+
+def gpu_run_cell(runs: dict[str, dict] | None) -> str:
+    """The README's "last GPU run" of one lesson, from the ledger: GPU, date, status and time per profile."""
+    if not runs:
+        return "not yet run on a GPU"
+    parts = []
+    for profile in sorted(runs, key=lambda p: (p != "native", p)):
+        r = runs[profile]
+        gpu = r["gpu"].removeprefix("NVIDIA ")
+        what = f"{r['status']}" + (f", {r['seconds']:.0f} s" if r["seconds"] else "")
+        where = gpu if profile == "native" else f"{profile.upper()} rehearsal on {gpu}"
+        at = f" ({r['commit'][:7]})" if r.get("commit") else ""
+        parts.append(f"{where}, {r['date']}{at}: {what}")
+    return "; ".join(parts)
+
+
+def readme_with_gpu_runs(text: str, runs: dict[str, dict[str, dict]] | None = None) -> str:
+    """The README with its lesson table's "last GPU run" column rendered from the ledger."""
+    runs = gpu_runs() if runs is None else runs
+    out = []
+    for line in text.split("\n"):
+        cells = [c.strip() for c in line.strip()[1:-1].split(" | ")] if line.startswith("| ") else []
+        if line.startswith(_TABLE_HEAD):
+            cells = ["#", "notebook", "what you learn", "CPU run time*", GPU_COLUMN, "Colab"]
+        elif line.startswith("|---|---|---|---|---|") and out and out[-1].startswith(_TABLE_HEAD):
+            cells = ["---"] * 6
+        elif _LESSON_ROW.match(line) and len(cells) in (5, 6):
+            cells = cells[:4] + [gpu_run_cell(runs.get(cells[0]))] + cells[-1:]
+        else:
+            out.append(line)
+            continue
+        out.append("| " + " | ".join(cells) + " |" if cells[0] != "---" else "|" + "---|" * 6)
+    return "\n".join(out)
+
+
 def problems(path: Path) -> list[str]:
     """What is wrong with one notebook's badge, install line, kernel and stored outputs."""
     nb = json.loads(path.read_text())
@@ -103,6 +152,9 @@ def readme_problems(path: Path = README) -> list[str]:
     text = path.read_text()
     out = [f"{path.name}: badge {m.group(0)} should be {badge(m.group(1))}"
            for m in _README_BADGE.finditer(text) if m.group(0) != badge(m.group(1))]
+    if readme_with_gpu_runs(text) != text:
+        out.append(f"{path.name}: the lesson table's {GPU_COLUMN!r} column differs from the ledger of GPU runs "
+                   f"(tests/gpu/runs): python tools/course.py sync")
     lines = _INSTALL.findall(text)
     if not lines:
         out.append(f"{path.name}: no Colab install line {install_line()}")
@@ -146,7 +198,7 @@ def synced_notebook(path: Path, at: str | None = None) -> str:
 def sync(path: Path) -> bool:
     """Rewrite one notebook (or the README) in place; True when it changed."""
     old = path.read_text()
-    new = synced_notebook(path) if path.suffix == ".ipynb" else sync_text(old, None)
+    new = synced_notebook(path) if path.suffix == ".ipynb" else readme_with_gpu_runs(sync_text(old, None))
     if new != old:
         path.write_text(new)
     return new != old

@@ -77,7 +77,8 @@ from .coalescing import MatmulCoalescing, WarpLoad, matmul_coalescing, warp_sect
 from .streams import OverlapTiming, StaleRead, copy_compute_overlap, stale_read
 from .pipelines import CachedLoader, cached_loader, tf_dataset, torch_loader
 from .precision import UnderflowReport, float_formats, gradient_underflow, keras_cnn, keras_step_times, matmul_sweep
-from .published import Cited, Measured, YourNumbers, cite, datasheet, measured, published_curve, your_numbers
+from .published import (Cited, Measured, YourNumbers, by_this_course, cite, datasheet, measured, published_curve,
+                        your_numbers)
 from .runs import RunComparison, compare_runs, pattern_batch, train_interleaved
 from .tf32 import TF32_STATES, fp32_step_ceiling, tf32, tf32_flags, tf32_supported, under_tf32
 from .conv_levers import CONV_LEVERS, conv_lever_steps, cudnn_benchmark
@@ -163,5 +164,5 @@ __all__ = [
     "HW_DECODER_LOAD", "has_hardware_jpeg_decoder", "DaliInstall", "dali_install_args", "dali_wheel", "install_dali",
     "check_faster_loading", "check_loaders_that_keep_up", "check_workers_needed", "check_phase_bound",
     "check_calls_per_item", "check_bytes_per_parameter", "check_running_total",
-    "your_numbers", "YourNumbers", "measured", "Measured", "cite", "Cited", "datasheet", "published_curve",
+    "your_numbers", "YourNumbers", "measured", "Measured", "cite", "Cited", "by_this_course", "datasheet", "published_curve",
 ]

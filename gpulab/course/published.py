@@ -27,7 +27,8 @@ from .._check import whole
 from .._format import NA, TableView, fmt_number
 from ..reference import PUBLISHED, Published, gpu_spec
 
-__all__ = ["Cited", "Measured", "YourNumbers", "cite", "datasheet", "measured", "published_curve", "your_numbers"]
+__all__ = ["Cited", "Measured", "YourNumbers", "by_this_course", "cite", "datasheet", "measured", "published_curve",
+           "your_numbers"]
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,44 @@ def datasheet(gpu: str, quantity: DatasheetQuantity) -> Cited:
         words = f"memory as nvidia-smi shows it (datasheet: {spec.datasheet_memory_bytes / divisor:g} GB)"
     return Cited(f"{fmt_number(value)} {unit}", value, value, unit, f"{spec.name}, {words}", spec.source, spec.url,
                  key=None)
+
+
+def by_this_course(figure: str, *, unit: str | None = None, root: Any = None) -> tuple[Cited, ...]:
+    """The figure ``figure`` as this course's own check measured it on real GPUs (the ledger of GPU runs,
+    ``tests/gpu/runs`` of the course's checkout): the newest run on each GPU, as figures to set beside the published
+    ones (``vs=[..., *course.by_this_course("capstone_fastest_vs_seed")]``), or ``()`` where the ledger has none
+    (never measured, or no checkout here). ``unit="fraction"`` turns a ``%`` figure into a fraction.
+
+    Example:
+        >>> all(c.source.startswith("measured by this course") for c in by_this_course("capstone_fastest_vs_seed"))
+        True
+    """
+    from ..preflight import find_course
+    from ..preflight.ledger import figure_runs, ledger_folder, read_ledger
+
+    if not isinstance(figure, str) or not figure:
+        raise TypeError(f"figure must be a figure's name in the ledger, e.g. 'capstone_fastest_vs_seed', got {figure!r}")
+    try:
+        course = find_course(root)
+    except ValueError:
+        course = None
+    newest: dict[str, dict[str, Any]] = {}
+    for f in figure_runs(read_ledger(ledger_folder(course)), figure):
+        newest.setdefault(f["gpu"], f)
+    out = []
+    for gpu, f in newest.items():
+        value, have = float(f["value"]), f["unit"]
+        if unit == "fraction" and have == "%":
+            value, have = value / 100, "fraction"
+        elif unit is not None and _unit(unit) != _unit(have):
+            raise ValueError(f"the ledger's {figure!r} is in {have!r}, not {unit!r}")
+        text = f"{value:.0%}" if have == "fraction" else _with_unit(value, have)
+        note = " ".join(str(f.get("note") or "").split())
+        commit = f" at commit {f['commit'][:7]}" if f.get("commit") else ""
+        out.append(Cited(text, value, value, have, f"{gpu}" + (f" ({note[:90]})" if note else ""),
+                         f"measured by this course{commit}" + (", transcribed from its report" if f["transcribed"]
+                                                                else ""), "tests/gpu/runs", f["date"]))
+    return tuple(out)
 
 
 def published_curve(key: str) -> tuple[tuple[int, float], ...]:

@@ -77,9 +77,13 @@ def smaller_card(budget_bytes: int, device: Any = None) -> Iterator[Card]:
     dev = torch.device(device)
     if dev.index is None:           # set_per_process_memory_fraction needs an index: "cuda" is the current GPU
         dev = torch.device("cuda", torch.cuda.current_device())
+    from ..rehearsal import memory_cap_bytes
+
     total = torch.cuda.get_device_properties(dev).total_memory
-    if budget_bytes > total:
-        raise ValueError(f"budget {fmt_bytes(budget_bytes)} exceeds this GPU's {fmt_bytes(total)}")
+    cap = memory_cap_bytes()            # the process's own cap (a rehearsed GPU, a shared one): restored on exit
+    if budget_bytes > min(total, cap or total):
+        raise ValueError(f"budget {fmt_bytes(budget_bytes)} exceeds this GPU's {fmt_bytes(min(total, cap or total))}"
+                         + (" (this process's allocator cap)" if cap is not None and cap < total else ""))
     torch.cuda.synchronize(dev)
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats(dev)
@@ -87,7 +91,7 @@ def smaller_card(budget_bytes: int, device: Any = None) -> Iterator[Card]:
     try:
         yield Card(budget_bytes, str(dev), base=int(torch.cuda.memory_allocated(dev)))
     finally:
-        torch.cuda.set_per_process_memory_fraction(1.0, dev)
+        torch.cuda.set_per_process_memory_fraction(1.0 if cap is None else min(1.0, cap / total), dev)
 
 
 @dataclass(frozen=True)

@@ -124,6 +124,14 @@ def find_max_batch_size(step: Callable[[int], Any], start: int = 8, limit: int =
         capacity = int(free)
         notes.append(f"capacity: {fmt_bytes(free)} free at the start of {fmt_bytes(total)} (CUDA context, resident "
                      "tensors and other processes already excluded)")
+        from ..rehearsal import memory_cap_bytes
+
+        cap = memory_cap_bytes()
+        if cap is not None:           # this process's allocator is capped (a rehearsed GPU, or a shared one)
+            left = max(0, cap - int(torch.cuda.memory_reserved(torch.device(device))))
+            if left < capacity:
+                capacity = left
+                notes.append(f"capacity: {fmt_bytes(left)} left under this process's allocator cap of {fmt_bytes(cap)}")
     elif budget is None:
         raise ValueError("on CPU pass budget=... (bytes, e.g. 16 * gl.GiB) to simulate a GPU's memory")
     else:

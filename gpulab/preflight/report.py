@@ -33,6 +33,7 @@ class Figure:
     datasheet: float | None = None
     source: str = ""           # which test or step measured it
     note: str = ""
+    profile: str = "native"    # or the GPU rehearsed (--as t4)
 
     @property
     def share(self) -> float | None:
@@ -48,11 +49,11 @@ class Figure:
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "value": self.value, "unit": self.unit, "datasheet": self.datasheet,
-                "share": self.share, "source": self.source, "note": self.note}
+                "share": self.share, "source": self.source, "note": self.note, "profile": self.profile}
 
 
 _FIG_HEADER = ("figure", "measured", "datasheet", "share", "note")
-_OUT_HEADER = ("name", "status", "time", "detail")
+_OUT_HEADER = ("name", "profile", "status", "time", "ran", "detail")
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,9 @@ class CheckReport:
     warnings: tuple[str, ...]
     notes: tuple[str, ...]
     files: tuple[str, ...] = field(default=())
+    jobs: int = 1
+    profiles: tuple[str, ...] = ("native",)
+    interrupted: bool = False
 
     @property
     def ok(self) -> bool:
@@ -82,8 +86,10 @@ class CheckReport:
         where = "no GPU here: CPU parts only" if not gpus else \
             ", ".join(g.name for g in self.environment.system.gpus if g.visible)   # type: ignore[union-attr]
         counts = ", ".join(f"{n} {s}" for s, n in sorted(self.counts().items())) or "nothing run"
-        return (f"gpulab check: {'PASSED' if self.ok else 'FAILED'} in {fmt_seconds(self.seconds)} on {where} "
-                f"({counts})")
+        verdict = "INTERRUPTED" if self.interrupted else "PASSED" if self.ok else "FAILED"
+        how = ", ".join(p if p == "native" else f"{p} rehearsal" for p in self.profiles)
+        return (f"gpulab check: {verdict} in {fmt_seconds(self.seconds)} on {where} "
+                f"({counts}; {how}; {self.jobs} at a time)")
 
     def to_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "headline": self.headline, "started_at": self.started_at,
@@ -91,10 +97,18 @@ class CheckReport:
                 "environment": None if self.environment is None else self.environment.to_dict(),
                 "figures": [f.to_dict() for f in self.figures], "tests": [o.to_dict() for o in self.tests],
                 "notebooks": [o.to_dict() for o in self.notebooks], "warnings": list(self.warnings),
-                "notes": list(self.notes)}
+                "notes": list(self.notes), "jobs": self.jobs, "profiles": list(self.profiles),
+                "interrupted": self.interrupted, "files": list(self.files)}
 
-    def _outcome_rows(self, outcomes: tuple[Outcome, ...]) -> list[tuple[str, str, str, str]]:
-        return [(o.name, o.status, fmt_seconds(o.seconds) if o.seconds else "-", o.detail.replace("\n", " ")[:160]) for o in outcomes]
+    def _outcome_rows(self, outcomes: tuple[Outcome, ...]) -> list[tuple[str, ...]]:
+        def ran(o: Outcome) -> str:
+            if o.status in ("not run",) or (o.status == "interrupted" and not o.seconds):
+                return "-"
+            where = "beside others" if o.beside else "alone"
+            return f"{where}; alone: {o.alone}" if o.alone else where
+
+        return [(o.name, o.profile, o.status, fmt_seconds(o.seconds) if o.seconds else "-", ran(o),
+                 o.detail.replace("\n", " ")[:160]) for o in outcomes]
 
     def to_markdown(self) -> str:
         """The report as Markdown (``build/gpu-check/report.md``)."""
@@ -112,7 +126,7 @@ class CheckReport:
                       "\n## Packages\n", table(("package", "version", "if missing"), self.environment.package_rows())]
         parts += ["\n## Figures a learner will see\n", table(_FIG_HEADER, [f.row() for f in self.figures]),
                   "\n## GPU conformance tests\n", table(_OUT_HEADER, self._outcome_rows(self.tests)),
-                  "\n## Notebooks (in a learner's order, reference solutions on)\n",
+                  "\n## Notebooks (never passed on a GPU first, then the oldest pass; reference solutions on)\n",
                   table(_OUT_HEADER, self._outcome_rows(self.notebooks))]
         if self.warnings:
             parts += ["\n## Warnings printed\n", "\n".join(f"- {w}" for w in self.warnings) + "\n"]

@@ -24,6 +24,25 @@ def _cuda_reason() -> str | None:
     return None
 
 
+def pytest_configure(config):
+    """Under ``GPULAB_AS=t4`` (``python -m gpulab check --as t4``) the tests run as the rehearsed GPU: its memory
+    cap, fp16 instead of bf16, no TF32, its attention kernels (:mod:`gpulab.rehearsal`)."""
+    if _cuda_reason() is None:
+        from gpulab import rehearsal
+
+        rehearsal.apply()
+
+
+def _rehearsal_label() -> str | None:
+    from gpulab import rehearsal
+
+    if rehearsal.active() is None or _cuda_reason() is not None:
+        return None
+    import torch
+
+    return rehearsal.label(torch.cuda.get_device_name(torch.cuda.current_device()))
+
+
 def pytest_collection_modifyitems(config, items):
     here = Path(__file__).parent
     reason = None
@@ -37,12 +56,32 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason=reason))
 
 
+def pytest_runtest_logreport(report):
+    """Each test's outcome as it ends, one JSON line in ``$GPULAB_CHECK_OUTCOMES`` (the check keeps what finished
+    when it is stopped before pytest writes its own report)."""
+    path = os.environ.get("GPULAB_CHECK_OUTCOMES")
+    if not path or not (report.when == "call" or (report.when == "setup" and not report.passed)):
+        return
+    status = "passed" if report.passed else "skipped" if report.skipped else "failed"
+    detail = ""
+    if report.skipped and isinstance(report.longrepr, tuple):
+        detail = str(report.longrepr[2])
+    elif report.failed:
+        detail = str(getattr(report.longrepr, "reprcrash", None) and report.longrepr.reprcrash.message
+                     or report.longreprtext)[:500]
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps({"name": report.nodeid, "status": status, "seconds": round(report.duration, 2),
+                            "detail": detail}) + "\n")
+
+
 @pytest.fixture
 def figure(request):
     """Record a figure a learner will see (``figure("h2d_pinned", 24.1, "GB/s", datasheet=32.0, note=...)``):
     appended as one JSON line to ``$GPULAB_CHECK_FIGURES`` when ``python -m gpulab check`` runs the tests, and
     returned either way."""
     def record(name: str, value: float | None, unit: str, *, datasheet: float | None = None, note: str = "") -> dict:
+        rehearsed = _rehearsal_label()
+        note = "; ".join(filter(None, [rehearsed, note]))
         row = {"name": name, "value": value, "unit": unit, "datasheet": datasheet, "note": note,
                "test": request.node.nodeid, "at": time.time()}
         path = os.environ.get("GPULAB_CHECK_FIGURES")
