@@ -37,7 +37,9 @@ def _rows() -> dict[str, tuple[dict, str | None]]:
 def _unsupported(need: str | None) -> str | None:
     import torch
 
-    cc = torch.cuda.get_device_capability()
+    from gpulab.rehearsal import compute_capability
+
+    cc = compute_capability()                 # a rehearsed T4 (--as t4) plans for sm_75 on any GPU
     if need == "bf16" and not (cc >= (8, 0) and torch.cuda.is_bf16_supported()):
         return f"bf16 tensor cores need compute capability 8.0 or newer; this GPU is sm_{cc[0]}{cc[1]}"
     if need == "tf32" and not course.tf32_supported("cuda"):

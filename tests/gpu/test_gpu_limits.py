@@ -18,7 +18,9 @@ DATASHEET = {"float32": "fp32_flops", "float16": "fp16_tensor_flops", "bfloat16"
 def _bf16_on_tensor_cores() -> bool:
     import torch
 
-    return torch.cuda.get_device_capability() >= (8, 0) and torch.cuda.is_bf16_supported()
+    from gpulab.rehearsal import compute_capability
+
+    return compute_capability() >= (8, 0) and torch.cuda.is_bf16_supported()   # a rehearsed T4 (--as t4): no bf16
 
 
 def _dtypes() -> list[str]:
