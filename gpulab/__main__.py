@@ -124,7 +124,8 @@ def _command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         except (ValueError, TypeError) as e:
             parser.error(str(e))
         problem = problem or _port_taken(("MLflow", "--mlflow-port", args.mlflow_port),
-                                         ("TensorBoard", "--tensorboard-port", args.tensorboard_port))
+                                         ("TensorBoard", "--tensorboard-port", args.tensorboard_port)) \
+            or _no_runs(commands.root)
         if problem:
             print(f"gpulab runs: {problem}", file=sys.stderr, flush=True)
             return 2
@@ -340,6 +341,21 @@ def _runs_missing() -> str | None:
     if not missing:
         return None
     return f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed: {install_hint('mlflow')}"
+
+
+def _no_runs(root: Any) -> str | None:
+    """Why there is nothing to open under ``root`` (a file on its path, or no store yet), or None."""
+    from pathlib import Path
+
+    root = Path(root)
+    blocker = next((p for p in (root, *root.parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        return (f"--root {root}: {blocker} is a file, not a folder of runs; pass the folder gl.tracking logged to "
+                f"(its default is ./runs of the notebook's working folder, or $GPULAB_RUNS)")
+    if not (root / "mlflow.db").exists() and not (root / "tensorboard").is_dir():
+        return (f"no runs logged in {root} yet: gl.tracking logs to $GPULAB_RUNS, else ./runs of the working folder "
+                f"of the notebook that logged them (e.g. --root notebooks/runs)")
+    return None
 
 
 def _port_taken(*uis: tuple[str, str, int]) -> str | None:

@@ -138,7 +138,7 @@ def apply() -> tuple[str, ...]:
                      + (f" ({profile.memory_note})" if profile is not None and cap == profile.memory_bytes else ""))
     if profile is not None:
         if not profile.tf32:
-            from .system import _tf32_switches
+            from ._tf32 import _tf32_switches
 
             _, switches = _tf32_switches(torch)
             if switches is not None:              # the API the installed torch prefers (mixing the two raises)

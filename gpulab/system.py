@@ -100,75 +100,8 @@ def device(prefer: str | None = None) -> "torch.device":
     return dev
 
 
-# ----------------------------------------------------------------------------------------------
-# TF32: the one place gpulab reads and sets PyTorch's switches
-@dataclass(frozen=True)
-class TF32State:
-    """May fp32 matmuls (``matmul``) and cuDNN convolutions (``cudnn``) use TF32 now? ``api``: the switches torch
-    prefers, ``"fp32_precision"`` (2.7+: ``torch.backends.cuda.matmul`` / ``cudnn.conv.fp32_precision``; from 2.9 the
-    others are deprecated and mixing the two raises) or ``"allow_tf32"``; ``matmul_setting``: as that API spells it."""
-    matmul: bool
-    cudnn: bool
-    api: Literal["fp32_precision", "allow_tf32"]
-    matmul_setting: str
-
-
-def _tf32_switches(torch_module: Any) -> tuple[Any, dict[str, tuple[Any, ...]] | None]:
-    """torch, and its ``fp32_precision`` switches (matmul; cuDNN conv and rnn) or None where it has only allow_tf32."""
-    if torch_module is None:
-        import torch as torch_module
-    conv, rnn = (getattr(torch_module.backends.cudnn, op, None) for op in ("conv", "rnn"))
-    if conv is None or rnn is None or not hasattr(torch_module.backends.cuda.matmul, "fp32_precision"):
-        return torch_module, None
-    return torch_module, {"matmul": (torch_module.backends.cuda.matmul,), "cudnn": (conv, rnn)}
-
-
-@checked("torch")
-def tf32_state(torch_module: Any = None) -> TF32State:
-    """PyTorch's TF32 switches now, read through the API the installed torch prefers.
-
-    >>> tf32_state().api in ("fp32_precision", "allow_tf32")
-    True
-    """
-    torch, new = _tf32_switches(torch_module)
-    if new is not None:
-        mm, conv = new["matmul"][0].fp32_precision, new["cudnn"][0].fp32_precision
-        return TF32State(mm == "tf32", conv == "tf32", "fp32_precision", str(mm))
-    setting = torch.get_float32_matmul_precision()
-    return TF32State(setting != "highest", bool(torch.backends.cudnn.allow_tf32), "allow_tf32", setting)
-
-
-@checked("torch", matmul="flag?", cudnn="flag?")
-@contextlib.contextmanager
-def tf32_switched(matmul: bool | None = None, cudnn: bool | None = None, *,
-                  torch_module: Any = None) -> Iterator[TF32State]:
-    """Inside the block fp32 matmuls (``matmul``) and cuDNN convolutions and RNNs (``cudnn``) may use TF32 (True)
-    or not (False); None leaves a switch as it is. Set through the API the installed torch prefers and restored
-    on exit, even after an error. Yields the :class:`TF32State` as set.
-
-    >>> with tf32_switched(matmul=True, cudnn=False) as s:
-    ...     s.matmul, s.cudnn
-    (True, False)
-    """
-    torch, new = _tf32_switches(torch_module)
-    saved = ([(s, s.fp32_precision) for group in new.values() for s in group] if new is not None
-             else (torch.get_float32_matmul_precision(), bool(torch.backends.cudnn.allow_tf32)))
-    try:
-        for name, value in (("matmul", matmul), ("cudnn", cudnn)):
-            if value is not None and new is not None:
-                for s in new[name]:
-                    s.fp32_precision = "tf32" if value else "ieee"
-            elif value is not None:
-                setattr(torch.backends.cuda.matmul if name == "matmul" else torch.backends.cudnn, "allow_tf32", value)
-        yield tf32_state(torch)
-    finally:
-        if new is not None:
-            for s, setting in saved:
-                s.fp32_precision = setting
-        else:
-            torch.set_float32_matmul_precision(saved[0])
-            torch.backends.cudnn.allow_tf32 = saved[1]
-
+# TF32: read and set in gpulab._tf32 (the one place), re-exported here
+from ._tf32 import TF32State, _tf32_switches, tf32_state, tf32_switched  # noqa: E402,F401
 
 # ----------------------------------------------------------------------------------------------
 # facts
@@ -456,6 +389,21 @@ def _probe_dali() -> FrameworkInfo:
 _PROBES = {"torch": _probe_torch, "tensorflow": _probe_tensorflow, "dali": _probe_dali}
 
 
+@contextlib.contextmanager
+def _environ_kept() -> Iterator[None]:
+    """``os.environ`` as it was before the block, after it: variables the block set are removed, changed ones
+    restored (child processes of the caller inherit nothing a probe set)."""
+    saved = dict(os.environ)
+    try:
+        yield
+    finally:
+        for k in set(os.environ) - set(saved):
+            del os.environ[k]
+        for k, v in saved.items():
+            if os.environ.get(k) != v:
+                os.environ[k] = v
+
+
 def system_info(frameworks: Iterable[str] = ("torch", "tensorflow", "dali")) -> SystemInfo:
     """Take a :class:`SystemInfo` snapshot. ``frameworks`` picks what to probe (TF import costs ~4 s).
 
@@ -473,7 +421,8 @@ def system_info(frameworks: Iterable[str] = ("torch", "tensorflow", "dali")) -> 
 
     env = {k: os.environ[k] for k in SHOWN_ENV if k in os.environ}  # before probes set any
     st = nvml.status()
-    fws = tuple(_PROBES[f]() for f in frameworks)
+    with _environ_kept():          # the probes' quiet-log settings and what TensorFlow sets on import stay here
+        fws = tuple(_PROBES[f]() for f in frameworks)
     order = nvml.device_order()        # after the probes: torch's UUIDs, when CUDA is up, make it exact
     seen = {d.uuid for d in order.devices}
     gpus: list[GPUInfo] = []

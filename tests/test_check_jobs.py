@@ -319,3 +319,11 @@ def test_the_readme_column_is_rendered_from_the_runs():
             "(abcdef0): failed, 12 s") in out
     assert "| 2 s | not yet run on a GPU | badge |" in out
     assert course_tool.readme_with_gpu_runs(out, runs) == out          # rendering twice changes nothing
+
+
+def test_a_kernel_that_does_not_start_leaves_the_callers_signal_handlers_alone(tmp_path):
+    course = _course(tmp_path, {"00_a": ["print(1)"]})
+    before = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
+    report = check(course, out=None, tests=False, limits=False, kernel_name="no-such-kernel-xyz")
+    assert report.notebooks[0].status == "failed" and "no-such-kernel-xyz" in report.notebooks[0].detail
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before

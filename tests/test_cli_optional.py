@@ -134,3 +134,21 @@ def test_check_without_pytest_says_so_in_its_last_line(monkeypatch, tmp_path, ca
     assert code == 1 and "FAILED" in out
     assert err.splitlines()[-1].startswith("gpulab check: FAILED: tests/gpu not run: pytest is not installed here")
     assert "pip install pytest" in err
+
+
+def test_runs_on_a_folder_without_runs_or_under_a_file_says_so_in_one_line(tmp_path, capsys):
+    if importlib.util.find_spec("mlflow") is None or importlib.util.find_spec("tensorboard") is None:
+        pytest.skip("MLflow and TensorBoard are the tracking extra")
+    with socket.socket() as a, socket.socket() as b:
+        a.bind(("127.0.0.1", 0))
+        b.bind(("127.0.0.1", 0))
+        ports = [str(a.getsockname()[1]), str(b.getsockname()[1])]
+    code = cli.main(["runs", "--root", str(tmp_path / "empty"), "--mlflow-port", ports[0], "--tensorboard-port", ports[1]])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "no runs logged in" in err and "$GPULAB_RUNS" in err
+    assert not (tmp_path / "empty").exists()                          # nothing created, nothing started
+    (tmp_path / "file").write_text("")
+    code = cli.main(["runs", "--root", str(tmp_path / "file" / "sub"), "--mlflow-port", ports[0],
+                     "--tensorboard-port", ports[1]])
+    err = capsys.readouterr().err
+    assert code == 2 and "is a file, not a folder of runs" in err and "Traceback" not in err

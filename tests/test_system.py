@@ -378,3 +378,16 @@ def _needs(*packages: str) -> None:
     missing = [p for p in packages if importlib.util.find_spec(p) is None]
     if missing:
         pytest.skip(f"{', '.join(missing)} not installed")
+
+
+def test_the_framework_probes_leave_the_callers_environment_as_it_was(monkeypatch):
+    """doctor() imports TensorFlow with gpulab's quiet-log settings: none of them, nor what TensorFlow sets on import,
+    stays in os.environ for the caller's child processes."""
+    import os
+
+    for k in ("TF_CPP_MIN_LOG_LEVEL", "TF_ENABLE_ONEDNN_OPTS", "KINETO_LOG_LEVEL"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("GPULAB_PROBE_CANARY", "kept")
+    before = dict(os.environ)
+    gl.system_info(frameworks=("torch", "tensorflow"))
+    assert dict(os.environ) == before

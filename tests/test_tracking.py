@@ -408,6 +408,7 @@ def test_cli_runs_starts_both_uis_and_stops_them_all(mlflow, tmp_path):
     pytest.importorskip("tensorboard")
     psutil = pytest.importorskip("psutil")
     ports = _free_port(), _free_port()
+    (tmp_path / "runs" / "tensorboard").mkdir(parents=True)           # a store with nothing in it yet
     log = (tmp_path / "cli.log").open("w")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     cli = subprocess.Popen([sys.executable, "-m", "gpulab", "runs", "--root", str(tmp_path / "runs"),
