@@ -469,3 +469,37 @@ def test_a_tf32_recipes_share_is_of_the_tf32_ceiling(a100_limits):
     assert t.share_of_ceiling("seed loop") == pytest.approx(10e12 / (0.8 * A100_FP32))   # its own ceiling, not raised
     assert not t.ceiling_notes and all(t.share_of_ceiling(s.label) <= 1 for s in t.steps)
     assert t._columns()[1][1][5] == f"{40e12 / (0.8 * A100_TF32):.0%} tf32"
+
+
+@pytest.mark.parametrize("bad,match", [
+    ({1: float("nan")}, "samples_per_s=nan"), ({1: -400.0}, "samples_per_s=-400.0"), ({2: 0.0}, "samples_per_s=0.0"),
+    ({2: float("inf")}, "samples_per_s=inf")])
+def test_ablate_refuses_a_throughput_that_is_no_positive_number(bad, match):
+    rates = {1: 100.0, 2: 400.0, **bad}
+    with pytest.raises(ValueError, match=match):
+        course.ablate(fake_train(rates), {"b": 1}, [course.Change("b2", {"b": 2})], apply=apply)
+
+
+def test_ablate_refuses_an_accuracy_outside_0_1_and_a_baseline_that_diverged():
+    with pytest.raises(ValueError, match=r"test_accuracy=1\.5: a fraction from 0 to 1"):
+        course.ablate(fake_train({1: 100.0, 2: 400.0}, {2: 1.5}), {"b": 1}, [course.Change("b2", {"b": 2})],
+                      apply=apply)
+    with pytest.raises(ValueError, match="the baseline 'seed loop' diverged"):
+        course.ablate(fake_train({1: 100.0, 2: 400.0}, {1: float("nan")}), {"b": 1}, [course.Change("b2", {"b": 2})],
+                      apply=apply)
+    with pytest.raises(ValueError, match=r"rerun\(baseline, 1\) gave test accuracy 1\.5"):
+        course.ablate(fake_train({1: 100.0, 2: 400.0}), {"b": 1}, [course.Change("b2", {"b": 2})], apply=apply,
+                      rerun=lambda r, seed: 1.5)
+    # a change that diverged is dropped as diverged, as before
+    t = course.ablate(fake_train({1: 100.0, 2: 400.0}, {2: float("nan")}), {"b": 1}, [course.Change("b2", {"b": 2})],
+                      apply=apply)
+    assert t.step("b2").decision == "dropped"
+
+
+def test_a_gpus_price_over_cpu_runs_is_called_a_what_if():
+    t = course.ablate(fake_train({1: 100.0, 2: 400.0}), {"b": 1}, [course.Change("b2", {"b": 2})], apply=apply,
+                      device="cpu", price_per_hour="aws-p5-h100")
+    assert "a what-if" in repr(t) and t.device_name
+    mine = course.ablate(fake_train({1: 100.0, 2: 400.0}), {"b": 1}, [course.Change("b2", {"b": 2})], apply=apply,
+                         device="cpu", price_per_hour=0.5)
+    assert "what-if" not in repr(mine)

@@ -184,6 +184,7 @@ def ablate(train: Callable[[Any, Any], Any], baseline: Any, changes: Sequence[Ch
         if missing:
             raise TypeError(f"train returned {type(result).__name__} {result!r:.60}, which has no {', '.join(missing)}: "
                             "train must return a result like course.train_recipe's RecipeRun")
+        _check_result(label, result, decision == "baseline")
         run_id = run.record.run_id if run is not None else None
         c = ceiling(recipe)
         jps = getattr(result, "joules_per_sample", None)
@@ -200,6 +201,11 @@ def ablate(train: Callable[[Any, Any], Any], baseline: Any, changes: Sequence[Ch
     current = measure(baseline_label, baseline, "baseline")
     if rerun is not None and accuracy_seeds and current.test_accuracy is not None:
         again = [rerun(baseline, seed) for seed in range(1, accuracy_seeds + 1)]
+        for seed, a in enumerate(again, 1):
+            if a is not None and (isinstance(a, bool) or not isinstance(a, (int, float))
+                                  or (math.isfinite(a) and not 0.0 <= a <= 1.0)):
+                raise ValueError(f"rerun(baseline, {seed}) gave test accuracy {a!r}: a fraction from 0 to 1, NaN for "
+                                 f"a run that diverged, or None")
         # a rerun that diverged (NaN) says nothing about the spread of the baseline's accuracy: left out
         current = replace(current, accuracies=(current.test_accuracy, *(float(a) for a in again
                                                                          if a is not None and math.isfinite(a))))
@@ -252,4 +258,40 @@ def ablate(train: Callable[[Any, Any], Any], baseline: Any, changes: Sequence[Ch
         got = measure(change.label, apply(recipe, fields), "branch")
         gain = got.samples_per_s / current.samples_per_s
         steps.append(replace(got, gain=gain, reason=f"{gain:.2f}x the final recipe" + (f"; {change.why}" if change.why else "")))
-    return Ablation(title, tuple(steps), device, epochs, accuracy_tolerance, price=price)
+    return Ablation(title, tuple(steps), device, epochs, accuracy_tolerance, price=price,
+                    device_name=_device_name(device) if price is not None else "")
+
+
+def _check_result(label: str, result: Any, baseline: bool) -> None:
+    """A throughput that is no positive number, or an accuracy outside 0-1, is a broken ``train``: said before any
+    decision rests on it. NaN marks a change that diverged (it is dropped); a baseline that diverged leaves nothing to
+    judge changes against."""
+    sps, acc = result.samples_per_s, result.test_accuracy
+    if isinstance(sps, bool) or not isinstance(sps, (int, float)) or math.isinf(sps) or sps <= 0 \
+            or (baseline and math.isnan(sps)):
+        raise ValueError(f"train's result for {label!r} has samples_per_s={sps!r}: a throughput is a positive finite "
+                         f"number of samples per second (NaN only for a change that diverged, never the baseline)")
+    if acc is not None and (isinstance(acc, bool) or not isinstance(acc, (int, float))):
+        raise TypeError(f"train's result for {label!r} has test_accuracy={acc!r}: a fraction from 0 to 1, or None")
+    if acc is not None and math.isfinite(acc) and not 0.0 <= acc <= 1.0:
+        raise ValueError(f"train's result for {label!r} has test_accuracy={acc!r}: a fraction from 0 to 1 "
+                         f"(0.9 for 90%), or None")
+    if baseline and acc is not None and not math.isfinite(acc):
+        raise ValueError(f"the baseline {label!r} diverged (test accuracy {acc!r}): no change can be judged against "
+                         f"it; fix the baseline first (a smaller learning rate, fp32)")
+
+
+def _device_name(device: str) -> str:
+    """The device the runs were measured on, by name (a GPU's, a CPU's model): what a price is set against."""
+    try:
+        if device.startswith("cuda"):
+            import torch
+
+            return torch.cuda.get_device_name(torch.device(device)) if torch.cuda.is_available() else device
+        from ..system import _cpu_model_and_flags, device_kind
+
+        if device in ("", "cpu") and (device == "cpu" or device_kind() == "cpu"):
+            return _cpu_model_and_flags()[0]
+    except Exception:                     # a name is a courtesy: the what-if note then names the device as given
+        pass
+    return device

@@ -133,6 +133,7 @@ class Ablation(TableView):
     accuracy_tolerance: float = 0.01
     notes: tuple[str, ...] = field(default_factory=tuple)
     price: Price | None = None        # the hourly price the cost column uses (None: no cost column)
+    device_name: str = ""             # what the runs were measured on, by name (a GPU's price on it is a what-if)
 
     def __post_init__(self) -> None:
         if self.price is not None:
@@ -261,11 +262,19 @@ class Ablation(TableView):
                  "pays back after = one-off / time saved per epoch at the steady gain" if one_off else "",
                  f"final: {self.final.label} = {self.ratio_over_baseline:.1f}x the {self.baseline.label}",
                  self._energy_text(),
-                 f"$ per 1M samples = {self.price} / the measured samples/s" if self.price is not None else ""]
+                 self._price_text()]
         if any(r[0].endswith(" *") for r in rows):
             notes.append("* spread above 10%: the machine was busy; a change is kept only if it gained more than "
                          "the spread")
         return header, rows, "; ".join(n for n in (*notes, *self.ceiling_notes, *self.notes) if n)
+
+    def _price_text(self) -> str:
+        if self.price is None:
+            return ""
+        from ..cost import price_mismatch
+
+        whatif = price_mismatch(self.price, self.device_name) if self.device_name else None
+        return f"$ per 1M samples = {self.price} / the measured samples/s" + (f" ({whatif})" if whatif else "")
 
     def _energy_text(self) -> str:
         """Where the joules per sample came from (each source once), or why there are none."""
