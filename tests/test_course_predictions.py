@@ -158,3 +158,19 @@ def test_bad_input_names_the_value_and_what_to_do(call, error, words):
     with pytest.raises(error, match=words):
         call()
     assert course.predictions().rows == ()          # nothing recorded by a refused call
+
+
+def test_verdicts_hold_at_the_edges_of_the_numbers():
+    """Signs and sides by value, ratios without under- or overflow, and a miss at tolerance 0 said as a percentage."""
+    from gpulab.course.prediction import VersusPrediction
+
+    v = lambda p, m, tol=0.25: VersusPrediction("k", p, m, "", tol, False)
+    assert v(1e308, 1e-308).verdict == "off by about 10^616x (lower than predicted)"
+    assert v(1e-308, 1e308).verdict.startswith("off by about 10^616x (higher")
+    assert v(-2.0, -4.0).verdict == "off by 2x (lower than predicted)"          # -4 is below -2
+    assert v(-2.0, -1.0).verdict == "off by 2x (higher than predicted)"
+    assert v(-2.0, -2.2).verdict == "within 10% (lower than predicted)" and v(-2.0, -2.2).matched
+    assert v(2.0, -2.0).verdict == "off: the opposite sign" and v(2.0, -2.0).matched is False
+    assert v(1.0, 1.001, 0.0).verdict == "off by 0.1% (higher than predicted)"
+    assert v(1.0, 1.0, 0.0).verdict == "exact" and v(1.0, 1.0, 0.0).matched
+    assert v(3.0, 0.0).verdict == "off: measured 0"

@@ -209,10 +209,10 @@ class VersusPrediction(TableView):
         p, m = self._numbers()
         if p is None or m is None:          # choices (a whole number counts as its digits: 3 matches "3")
             return _choice(_as_text(self.predicted)) == _choice(_as_text(self.measured))
-        if p == 0:
-            return m == 0
-        r = m / p
-        return r > 0 and abs(r - 1) <= self.tolerance + 1e-12
+        if p == 0 or m == 0 or (m > 0) != (p > 0):
+            return p == m
+        digits = math.log10(abs(m)) - math.log10(abs(p))
+        return abs(digits) < 300 and abs(10 ** digits - 1) <= self.tolerance + 1e-12
 
     @property
     def verdict(self) -> str:
@@ -227,13 +227,23 @@ class VersusPrediction(TableView):
             return "matched" if self.matched else "did not match"
         if p == 0:
             return "exact" if m == 0 else "off: you predicted 0"
-        r = m / p
-        if r <= 0:
-            return "off: the opposite sign" if m else "off: measured 0"
-        side = "higher" if r > 1 else "lower"
+        if m == 0:
+            return "off: measured 0"
+        if (m > 0) != (p > 0):
+            return "off: the opposite sign"
+        side = "higher" if m > p else "lower"          # by value: -4 is lower than -2, though twice its size
+        if m == p:
+            return "exact"
+        digits = math.log10(abs(m)) - math.log10(abs(p))   # the ratio without under- or overflow (1e-308 / 1e308)
+        r = 10 ** digits if abs(digits) < 300 else math.inf
         if abs(r - 1) <= self.tolerance + 1e-12:
-            return "exact" if r == 1 else f"within {max(round(100 * abs(r - 1)), 1)}% ({side} than predicted)"
-        return f"off by {fmt_number(max(r, 1 / r), digits=2)}x ({side} than predicted)"
+            return f"within {max(round(100 * abs(r - 1)), 1)}% ({side} than predicted)"
+        factor = max(r, 1 / r) if r > 0 else math.inf
+        if factor < 1.1:                                   # "off by 1x" says nothing: the percentage does
+            return f"off by {fmt_number(100 * abs(r - 1), digits=2)}% ({side} than predicted)"
+        if factor > 1e6:
+            return f"off by about 10^{abs(digits):.0f}x ({side} than predicted)"
+        return f"off by {fmt_number(factor, digits=2)}x ({side} than predicted)"
 
     def _columns(self) -> tuple[list[str], list[list[str]], str]:
         return _columns([self], self.tolerance)
