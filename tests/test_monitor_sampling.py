@@ -188,3 +188,33 @@ def test_the_failure_count_survives_tracking():
 def test_bad_failure_counts_are_refused(kwargs, match):
     with pytest.raises(ValueError, match=match):
         Trace(pd.DataFrame(columns=["t_s", "device", "source"]), 0.1, **kwargs)
+
+
+def test_a_cpu_energy_counter_that_stops_answering_keeps_the_cpu_and_memory_rows(monkeypatch):
+    """RAPL is an optional reading: when it fails mid-run the host's CPU and memory rows go on, and the host's
+    joules are 'not measurable' with why (a part of the window is never given as the whole window's energy)."""
+    from gpulab.telemetry import host as host_mod
+
+    calls = {"n": 0}
+
+    def counter() -> float:
+        calls["n"] += 1
+        if calls["n"] > 3:
+            raise OSError(13, "Permission denied")
+        return 10.0 * calls["n"]
+
+    real_init = host_mod.HostSampler.__init__
+
+    def init(self):
+        real_init(self)
+        self.energy_j = counter
+
+    monkeypatch.setattr(host_mod.HostSampler, "__init__", init)
+    with gl.Monitor(interval=0.05, gpus=False) as mon:
+        time.sleep(0.8)
+    tr = mon.trace
+    host = tr.frame[tr.frame.device == "host"]
+    assert len(host) >= 8 and host["cpu_util_pct"].notna().sum() >= 6 and host["rss_bytes"].notna().all()
+    assert tr.failed_samples == 0
+    assert host["energy_j"].isna().all()
+    assert "stopped answering" in tr.energy_notes["host"] and "Permission denied" in tr.energy_notes["host"]

@@ -42,6 +42,8 @@ class HostSampler:
         self._proc = psutil.Process()
         self.cores = psutil.cpu_count(logical=True) or 1
         self.energy_j: Any = None        # a callable giving the CPU's joules so far (the Monitor's RAPL meter), or None
+        self.energy_lost: str | None = None   # why the energy counter stopped answering mid-run (then no energy_j)
+        self._started = time.monotonic()
         self.prime()
 
     def prime(self) -> None:
@@ -65,7 +67,12 @@ class HostSampler:
         row["rss_bytes"] = int(self._proc.memory_info().rss)
         row["host_mem_used_bytes"] = int(ps.virtual_memory().used)
         if self.energy_j is not None:
-            row["energy_j"] = float(self.energy_j())
+            try:                          # an optional reading: it never takes the CPU and memory rows down with it
+                row["energy_j"] = float(self.energy_j())
+            except Exception as e:
+                self.energy_j = None
+                self.energy_lost = (f"the CPU's energy counter stopped answering after {now - self._started:.1f} s "
+                                    f"({type(e).__name__}: {e}): energy from then on is not measurable here")
         for i, v in enumerate(per_core):
             row[f"cpu{i}_util_pct"] = v
         return row

@@ -115,6 +115,7 @@ class Monitor:
         from .rapl import RaplMeter
 
         host = HostSampler()
+        self._host = host
         rapl = RaplMeter()
         if rapl.status.readable:
             host.energy_j = rapl.start().package_joules    # the host rows' energy_j: the CPU packages since start
@@ -206,6 +207,8 @@ class Monitor:
         frame = pd.DataFrame(rows)
         if frame.empty:
             frame = pd.DataFrame(columns=["t_s", "wall_time", "device", "source"])
+        if getattr(getattr(self, "_host", None), "energy_lost", None) and "energy_j" in frame:
+            frame.loc[frame["device"] == "host", "energy_j"] = float("nan")   # part of a window is no window's joules
         return Trace(frame=frame, interval_s=self.interval, marks=tuple(self._marks), energy_notes=self._energy_notes(frame),
                      duration_s=max(0.0, end - self._t0) if self._t0 else 0.0, sampler_cpu_s=cpu_s,
                      live_cpu_s=self._live_cpu_s, notes=tuple(self._notes), devices_info=dict(self._devices_info),
@@ -215,6 +218,9 @@ class Monitor:
         """Per device, why it has no energy figure: the host without a readable RAPL counter, a GPU that gave
         neither an energy counter nor power."""
         notes = {"host": self._host_energy_note} if self._host_energy_note else {}
+        lost = getattr(self._host, "energy_lost", None) if getattr(self, "_host", None) is not None else None
+        if lost:
+            notes["host"] = lost
         for dev in dict.fromkeys(frame["device"]) if len(frame) else ():
             f = frame[frame["device"] == dev]
             if dev != "host" and not any(c in f and f[c].notna().any() for c in ("energy_j", "power_w")):
