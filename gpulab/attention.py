@@ -5,7 +5,9 @@ cuDNN's, or the plain math composition (softmax(QK^T)V in separate ops), and on 
 :func:`sdpa_backend` names the one a call ran, read from the operator torch dispatched to (``torch.profiler``,
 host events only: the same on a CPU and a GPU). :func:`sdpa_backends` tries each backend alone
 (``torch.nn.attention.sdpa_kernel``) and keeps torch's own words for why one cannot run these inputs (its
-"... kernel not used because" warnings, or the error when it gives none).
+"... kernel not used because" warnings, or the error when it gives none). Which one SDPA picks when several can run
+follows torch's priority order: on a GPU the one torch holds (cuDNN's first on sm_90 and sm_100 with a recent cuDNN,
+flash first elsewhere), read from torch after a call; on a CPU, measured among the backends that run.
 
 Example:
     >>> import torch
@@ -16,13 +18,14 @@ Example:
 """
 from __future__ import annotations
 
+import re
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from ._format import TableView
 
-__all__ = ["SdpaReport", "sdpa_backend", "sdpa_backends", "BACKENDS"]
+__all__ = ["SdpaReport", "sdpa_backend", "sdpa_backends", "own_reasons", "BACKENDS"]
 
 # the operator SDPA dispatches to -> the backend's name in this module
 _OPS = {
@@ -71,30 +74,109 @@ def sdpa_backend(q: Any, k: Any, v: Any, *, fn: Callable[..., Any] | None = None
 @dataclass(frozen=True, repr=False)
 class SdpaReport(TableView):
     """Per SDPA backend: whether it can run these inputs here and, if not, torch's reason; ``default`` is the one
-    SDPA chose with every backend allowed. ``shape``/``dtype``/``device`` describe the inputs."""
+    SDPA chose with every backend allowed. ``shape``/``dtype``/``device`` describe the inputs. ``priority`` is the
+    order torch tries the backends in, and ``priority_basis`` where it comes from: "torch" (the order torch holds for
+    this device, read after a call) or "measured" (among the backends that run, each chosen with those before it
+    disallowed)."""
 
     default: str
     reasons: dict[str, str | None]           # backend -> None (it ran) or why not
     shape: tuple[int, ...]
     dtype: str
     device: str
+    priority: tuple[str, ...] = ()
+    priority_basis: str = "measured"
+    disallowed: tuple[str, ...] = ()          # turned off for every call (torch.backends.cuda.enable_*_sdp(False))
     title: str = "Attention backends (scaled_dot_product_attention)"
 
     @property
     def available(self) -> tuple[str, ...]:
         return tuple(b for b, why in self.reasons.items() if why is None)
 
+    @property
+    def chosen_because(self) -> str:
+        """Why SDPA chose :attr:`default`: its place in torch's priority order.
+
+        Example:
+            >>> r = SdpaReport("cudnn", {"flash": None, "memory-efficient": None, "cudnn": None, "math": None},
+            ...                (1, 8, 1024, 64), "bfloat16", "cuda:0", ("cudnn", "flash", "memory-efficient", "math"),
+            ...                "torch")
+            >>> r.chosen_because
+            "SDPA chose cudnn: first in torch's priority order on cuda:0 (cudnn > flash > memory-efficient > math)"
+        """
+        if not self.priority:
+            return f"SDPA chose {self.default}"
+        order = " > ".join(self.priority)
+        if self.priority_basis == "torch":
+            skipped = self.priority[:self.priority.index(self.default)] if self.default in self.priority else ()
+            cannot = [b for b in skipped if self.reasons.get(b)]
+            off = [b for b in skipped if b in self.disallowed and not self.reasons.get(b)]
+            parts = ([f"{', '.join(cannot)} cannot"] if cannot else []) + ([f"{', '.join(off)} turned off"]
+                                                                            if off else [])
+            place = "first in" if not skipped else f"the first that runs these inputs ({'; '.join(parts)}) in"
+            return f"SDPA chose {self.default}: {place} torch's priority order on {self.device} ({order})"
+        if len(self.priority) == 1:
+            return f"SDPA chose {self.default}, the only backend that runs these inputs here"
+        return (f"SDPA chose {self.default}: torch's order among the backends that run here, measured by "
+                f"disallowing each choice in turn: {order}")
+
     def _columns(self) -> tuple[list[str], list[list[str]], str]:
         rows = [[b, "yes" if why is None else "no", "default" if b == self.default else "", why or ""]
                 for b, why in self.reasons.items()]
-        note = (f"q of shape {list(self.shape)}, {self.dtype} on {self.device}; each backend tried alone "
-                "(torch.nn.attention.sdpa_kernel); the reasons are torch's own")
+        note = (f"q of shape {list(self.shape)}, {self.dtype} on {self.device}; {self.chosen_because}; each backend "
+                "tried alone (torch.nn.attention.sdpa_kernel); the reasons are torch's own")
         return ["backend", "runs here", "chosen", "why not"], rows, note
 
 
 def _clean(message: str) -> str:
     """A check's warning from torch's sdp_utils without its "(Triggered internally at <file>:<line>.)" tail."""
     return message.split("(Triggered internally at")[0].strip()
+
+
+# select_sdp_backend's header before each backend's reasons ("Memory efficient kernel not used because:", "Flash
+# attention ...", "cuDNN attention ..." or "CuDNN attention ..." by torch's version), and the note each check of a
+# disallowed backend gives ("Flash attention has been runtime disabled.")
+_HEADER = re.compile(r"^(?P<who>.+?) kernel not used because:\s*(?P<rest>.*)$", re.S)
+_DISABLED = "has been runtime disabled."
+
+
+def _header_backend(who: str) -> str | None:
+    low = who.lower()
+    for fragment, backend in (("efficient", "memory-efficient"), ("flash", "flash"), ("cudnn", "cudnn"),
+                              ("math", "math")):
+        if fragment in low:
+            return backend
+    return None
+
+
+def own_reasons(backend: str, messages: list[str]) -> str | None:
+    """The part of torch's SDPA warnings that is about ``backend``: when one backend is tried alone and cannot run,
+    torch explains every backend in turn, the disallowed ones with "... has been runtime disabled."; only the tried
+    backend's header and reasons are kept. None when torch said nothing about it.
+
+    Example:
+        >>> own_reasons("flash", ["Memory efficient kernel not used because:",
+        ...     "Memory Efficient attention has been runtime disabled.", "Flash attention kernel not used because:",
+        ...     "Flash attention does not support non-null attn_mask.", "cuDNN attention kernel not used because:",
+        ...     "cuDNN attention has been runtime disabled."])
+        'Flash attention kernel not used because: Flash attention does not support non-null attn_mask.'
+    """
+    headers: dict[str | None, str] = {}
+    sections: dict[str | None, list[str]] = {}
+    current: str | None = None
+    for message in messages:
+        head = _HEADER.match(message)
+        if head:
+            current = _header_backend(head["who"])
+            headers[current] = message[:head.start("rest")].strip()
+            message = head["rest"].strip()
+        if message and not message.endswith(_DISABLED):
+            sections.setdefault(current, []).append(message)
+    if sections.get(backend):
+        return " ".join([headers[backend], *sections[backend]])
+    if not headers and sections.get(None):          # no headers at all: every line is about the one tried
+        return " ".join(sections[None])
+    return None
 
 
 def _why_not(backend: str, q: Any, k: Any, v: Any, call: Callable[..., Any], kwargs: dict[str, Any]) -> str | None:
@@ -109,11 +191,55 @@ def _why_not(backend: str, q: Any, k: Any, v: Any, call: Callable[..., Any], kwa
             with sdpa_kernel([member]):
                 call(q, k, v, **kwargs)
             return None
-        except RuntimeError as e:
-            why = [_clean(str(w.message)) for w in said if "sdp_utils" in str(w.message)]
-            if why:
-                return " ".join(w for w in why if w)
-            return f"torch has no {backend} kernel for these inputs on {q.device.type} (it gave no other reason)"
+        except RuntimeError:
+            why = own_reasons(backend, [_clean(str(w.message)) for w in said if "sdp_utils" in str(w.message)])
+            return why or f"torch has no {backend} kernel for these inputs on {q.device.type} (it gave no other reason)"
+
+
+def _torch_order(device_type: str) -> tuple[str, ...]:
+    """The priority order torch holds for SDPA on CUDA devices (``torch._C._get_sdp_priority_order``; CUDA's
+    ``priority_order`` sets it on the first call, cuDNN first where torch prefers it); () elsewhere (a CPU's order
+    is fixed in its own dispatch) or where this torch keeps none."""
+    import torch
+    from torch.nn.attention import SDPBackend
+
+    read = getattr(torch._C, "_get_sdp_priority_order", None)
+    if device_type != "cuda" or read is None:
+        return ()
+    names = {int(getattr(SDPBackend, member)): name for name, member in BACKENDS.items() if hasattr(SDPBackend, member)}
+    return tuple(names[int(i)] for i in read() if int(i) in names)
+
+
+def _allowed() -> set[str]:
+    """The backends SDPA may choose now (``torch.backends.cuda.enable_flash_sdp(False)`` and its kin turn one off
+    for every call, on a CPU too)."""
+    import torch
+
+    flags = {"flash": "flash_sdp_enabled", "memory-efficient": "mem_efficient_sdp_enabled",
+             "cudnn": "cudnn_sdp_enabled", "math": "math_sdp_enabled"}
+    return {b for b, flag in flags.items() if getattr(torch.backends.cuda, flag, lambda: False)()}
+
+
+def _priority(q: Any, k: Any, v: Any, call: Callable[..., Any], kwargs: dict[str, Any], default: str,
+              available: list[str]) -> tuple[tuple[str, ...], str]:
+    """torch's order for q's device when it agrees with the choice SDPA made (the first of it that runs and is
+    allowed is the default), else the order measured among the allowed backends that run: each chosen with those
+    before it disallowed."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    order = _torch_order(q.device.type)
+    available = [b for b in available if b in _allowed()]
+    if order and next((b for b in order if b in available), None) == default:
+        return order, "torch"
+    measured, left = [default], [b for b in available if b != default]
+    while len(left) > 1:
+        with sdpa_kernel([getattr(SDPBackend, BACKENDS[b]) for b in left]):
+            chosen = sdpa_backend(q, k, v, fn=call, **kwargs)
+        if chosen not in left:              # a wrapper that ignores the allowed backends: no order to measure
+            return tuple(measured), "measured"
+        measured.append(chosen)
+        left.remove(chosen)
+    return tuple(measured + left), "measured"
 
 
 def sdpa_backends(q: Any, k: Any, v: Any, *, fn: Callable[..., Any] | None = None, **kwargs: Any) -> SdpaReport:
@@ -122,5 +248,7 @@ def sdpa_backends(q: Any, k: Any, v: Any, *, fn: Callable[..., Any] | None = Non
     call = fn or _sdpa()
     reasons = {b: _why_not(b, q, k, v, call, kwargs) for b in BACKENDS}
     default = sdpa_backend(q, k, v, fn=call, **kwargs)
-    return SdpaReport(default, reasons, tuple(q.shape), str(q.dtype).replace("torch.", ""), str(q.device))
+    priority, basis = _priority(q, k, v, call, kwargs, default, [b for b, why in reasons.items() if why is None])
+    return SdpaReport(default, reasons, tuple(q.shape), str(q.dtype).replace("torch.", ""), str(q.device),
+                      priority, basis, tuple(b for b in BACKENDS if b not in _allowed()))
 

@@ -20,6 +20,13 @@ only the kernels launched outside every other range of the step, and the kernels
 its own device thread extend no copy (``gl.phase("backward")``'s copy spans only what ``loss.backward()`` launches
 on the calling thread, the gradient seed). A kernel's ``linked_correlation_id`` is the correlation id (the
 ``FunctionEvent`` id) of the host operator that launched it: ``_parse_kineto_results`` appends the kernel to it.
+
+The launch itself is a host event too: the CUDA runtime call (``cudaLaunchKernel``, ``cudaMemcpyAsync``, activity
+``cuda_runtime``) whose ``id`` is CUPTI's correlation id, the same as its kernel's, and whose thread torch sets to the
+launching operator's (``collection.cpp`` ``setKinetoTID``; ``_parse_kineto_results``: ``f_evt.thread = fe.thread``).
+older torch builds keep no ``linked_correlation_id`` on their events (their ``FunctionEvent`` has no such attribute):
+:func:`older_torch` hands the same events out that way, so the launching operator can only be found by the runtime
+call's thread and time.
 """
 from __future__ import annotations
 
@@ -95,6 +102,22 @@ def kernel(id: int, name: str, start_us: float, end_us: float, launcher: Functio
     return FunctionEvent(id, name, stream, start_us, end_us, trace_name=name, device_type=DeviceType.CUDA,
                          device_resource_id=stream, activity_type="kernel",
                          linked_correlation_id=launcher.id if launcher is not None else 0, **KW)
+
+
+def launch(id: int, launcher: FunctionEvent, start_us: float, end_us: float | None = None,
+           name: str = "cudaLaunchKernel") -> FunctionEvent:
+    """The runtime call that launched kernel ``id`` (CUPTI's correlation id, the kernel's own): a host event on the
+    launching operator's thread, inside its interval, linked to it."""
+    return FunctionEvent(id, name, launcher.thread, start_us, start_us + 2 if end_us is None else end_us,
+                         trace_name=name, activity_type="cuda_runtime", linked_correlation_id=launcher.id, **KW)
+
+
+def older_torch(events: list[FunctionEvent]) -> list[FunctionEvent]:
+    """The same events as older torch builds hand them out: without the ``linked_correlation_id`` attribute."""
+    for e in events:
+        if hasattr(e, "linked_correlation_id"):
+            del e.linked_correlation_id
+    return events
 
 
 def event_list(events: list[FunctionEvent]) -> EventList:

@@ -37,7 +37,7 @@ def _grads(recipe, batches):
     model = gpt(SHAPE)
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
     if recipe.checkpoint:
-        model, opt, _ = gpt_train._blocks(SHAPE, recipe, "cpu", 0)
+        model, opt, _, _ = gpt_train._blocks(SHAPE, recipe, "cpu", 0)
     loss = gpt_train._step(model, opt, None, recipe, batches, "cpu")
     return float(loss), [p.grad.clone() for p in model.parameters()]
 

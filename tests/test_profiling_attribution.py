@@ -9,7 +9,7 @@ import pytest
 import fake_kineto as K
 from gpulab.profiling import ProfileSummary, diagnose_profile
 from gpulab.profiling.attribution import (DEVICE_IDLE, OUTSIDE, Attribution, attribute_events, device_phases,
-                                          device_work_phases, op_class)
+                                          device_work_phases, launching_ranges, op_class)
 from gpulab.profiling.events import DeviceCheck, OpStat, _interval_s, _is_device_event, _phase_of
 from gpulab.profiling.verdict import HOST_GAP_SHARE, OPTIMIZER_SHARE
 
@@ -169,23 +169,49 @@ def test_a_copy_holds_only_the_kernels_of_its_own_stream():
     assert _on_device(ev) == ["forward", None]
 
 
-def test_kernels_no_copy_holds_take_the_phase_of_the_host_range_that_launched_them():
-    # the autograd engine launches backward kernels from its own thread: no user range there, so no device copy
-    # holds them; their operators sit in the engine's evaluate_function ranges, the backward phase
+def _backward_step(older: bool):
+    """A backward pass as kineto records it: the seed kernel launched on the calling thread inside the backward
+    range; the engine's kernels launched from its own thread inside ``evaluate_function`` ranges, with no device copy
+    holding them; each launch a ``cudaLaunchKernel`` call on its operator's thread (CUPTI's id, the kernel's own)."""
     bwd = K.annotation(2, "backward", 100, 400)
     seed = K.op(3, "aten::ones_like", 110, 115)
     node = K.engine_range(4, "MmBackward0", 120, 200)
     mm = K.op(5, "aten::mm", 130, 140, thread=K.AUTOGRAD_THREAD)
+    hook = K.engine_range(7, "torch::autograd::AccumulateGrad", 200, 260)       # DDP's hook: its all-reduce
+    comm = K.op(8, "nccl:all_reduce", 210, 250, thread=K.AUTOGRAD_THREAD)
     loose = K.op(6, "aten::add_", 500, 505)                     # launched outside every range
-    ev = K.event_list([bwd, seed, node, mm, loose, K.kernel(10, "fill_kernel", 300, 302, launcher=seed),
-                       K.kernel(11, "sgemm", 310, 500, launcher=mm),
-                       K.kernel(12, "add_kernel", 600, 610, launcher=loose),
-                       K.device_annotation(bwd, 300, 302)])
-    if not K._HAS_LINKED:    # torch before 2.6 keeps no kernel -> launcher link in its events: the copy alone
-        assert _on_device(ev) == ["backward", None, None]
-        return
-    assert _on_device(ev) == ["backward", "backward", None]
-    assert _dev_phases(ev)["backward"] == pytest.approx(192e-6)
+    events = [bwd, seed, node, mm, hook, comm, loose,
+              K.launch(10, seed, 111), K.launch(11, mm, 131), K.launch(13, comm, 220), K.launch(12, loose, 501),
+              K.kernel(10, "fill_kernel", 300, 302, launcher=seed), K.kernel(11, "sgemm", 310, 500, launcher=mm),
+              K.kernel(13, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 320, 520, launcher=comm, stream=9),
+              K.kernel(12, "add_kernel", 600, 610, launcher=loose), K.device_annotation(bwd, 300, 302)]
+    return K.event_list(K.older_torch(events) if older else events)
+
+
+@pytest.mark.parametrize("older", [False, True], ids=["linked", "older-torch"])
+def test_kernels_no_copy_holds_take_the_phase_of_the_host_range_that_launched_them(older):
+    # the autograd engine launches backward kernels (and DDP's hooks their all-reduce) from its own thread: no user
+    # range there, so no device copy holds them; their operators sit in the engine's evaluate_function ranges, the
+    # backward phase. Older torch links no kernel to its operator: the launch's thread and time find it.
+    ev = _backward_step(older)
+    assert all(hasattr(e, "linked_correlation_id") is (K._HAS_LINKED and not older) for e in ev)
+    assert _on_device(ev) == ["backward", "backward", "backward", None]
+    assert _dev_phases(ev)["backward"] == pytest.approx(212e-6)      # 300-302 and 310-520 us, two streams at once
+
+
+def test_an_older_torchs_kernel_finds_the_innermost_ranges_open_at_its_launch():
+    ev = _backward_step(older=True)
+    kernels = [e for e in ev if _is_device_event(e) and not e.is_user_annotation]
+    around = launching_ranges(ev, kernels, _is_device_event, _interval_s)
+    names = {k.name: [r.name for r in around[id(k)]] for k in kernels}
+    assert names["sgemm"] == ["aten::mm", "autograd::engine::evaluate_function: MmBackward0"]
+    assert names["fill_kernel"] == ["aten::ones_like", "backward"]
+    assert names["add_kernel"] == ["aten::add_"]
+    # the runtime call's CUPTI id may equal an operator's own id: only runtime calls are matched to kernels
+    mm = K.op(20, "aten::mm", 60, 70)
+    clash = K.event_list(K.older_torch([K.annotation(11, "forward", 0, 50), mm, K.launch(11, mm, 61),
+                                        K.kernel(11, "sgemm", 80, 90)]))
+    assert _on_device(clash) == [None]
 
 
 def test_device_phases_count_each_busy_moment_once_and_add_up_to_the_wall_time():

@@ -84,11 +84,18 @@ def comm_overlap(kernels: Iterable[tuple[str, float, float]]) -> CommOverlap:
 def profile_comm_overlap(step: Callable[[], Any], steps: int = 3, device_index: int | None = None) -> CommOverlap:
     """Profile ``steps`` calls of ``step`` (a DDP training step on a CUDA GPU, warmed up) with
     ``torch.profiler`` (CPU + CUDA activities) and return :func:`comm_overlap` of the GPU kernels it recorded
-    on ``device_index`` (default: the current device). Needs a CUDA GPU."""
+    on ``device_index`` (default: the current device). Needs a CUDA GPU.
+
+    kineto also copies each ``record_function`` range onto the GPU timeline (``gpu_user_annotation``: the profiler's
+    ``ProfilerStep#N``, DDP's ``DistributedDataParallel.forward``, ``nccl:all_reduce``), spanning the range's first
+    to last kernel, gaps included: those are no kernels and are left out, or a step's copy would count the whole
+    step as compute and every all-reduce as hidden behind it."""
     whole("steps", steps)
     import torch
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
+
+    from ..profiling.events import _is_device_work
 
     if not torch.cuda.is_available():
         raise RuntimeError("profile_comm_overlap needs a CUDA GPU: NCCL's all-reduce and backward are GPU kernels")
@@ -99,5 +106,6 @@ def profile_comm_overlap(step: Callable[[], Any], steps: int = 3, device_index: 
             step()
         torch.cuda.synchronize()
     kernels = [(e.name, e.time_range.start, e.time_range.end) for e in prof.events()
-               if e.device_type == DeviceType.CUDA and e.device_index == index]
+               if e.device_type == DeviceType.CUDA and e.device_index == index and _is_device_work(e)
+               and getattr(e, "activity_type", None) != "gpu_user_annotation"]
     return comm_overlap(kernels)

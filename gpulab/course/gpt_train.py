@@ -122,13 +122,18 @@ class GPTRun:
         return 100.0 * (q3 - q1) / self.median_step_s
 
 
-def _blocks(shape: TransformerShape, recipe: GPTRecipe, device: Any, seed: int) -> tuple[Any, Any, Any]:
-    """The model (compiled or checkpointed blocks as the recipe says), its AdamW and, for fp16, a GradScaler."""
+def _blocks(shape: TransformerShape, recipe: GPTRecipe, device: Any, seed: int) -> tuple[Any, Any, Any, Any]:
+    """The model (compiled or checkpointed blocks as the recipe says), its AdamW, for fp16 a GradScaler, and for
+    compiled blocks the :class:`~gpulab.course.compile_guard.CompileGuard` its first step goes through (Dynamo reset
+    here: every block shares ``Block.forward``, and earlier recipes' entries would count toward its recompile
+    limit), else None."""
     import torch
     from torch.utils.checkpoint import checkpoint
 
+    from .compile_guard import CompileGuard
     from .gpt import gpt
 
+    guard = CompileGuard(f"GPTRecipe({recipe.describe()}), its compiled-blocks lever") if recipe.compile else None
     torch.manual_seed(seed)
     model = gpt(shape).to(device)
     if recipe.checkpoint:
@@ -142,7 +147,14 @@ def _blocks(shape: TransformerShape, recipe: GPTRecipe, device: Any, seed: int) 
     kwargs = {"fused": True} if recipe.fused else {"foreach": True}
     opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=0.0, **kwargs)
     scaler = torch.amp.GradScaler(torch.device(device).type) if recipe.precision == "fp16" else None
-    return model, opt, scaler
+    return model, opt, scaler, guard
+
+
+def _first_checked(guard: Any, step: Any, *args: Any) -> Any:
+    """``step(*args)``, through the recipe's compile guard until its first step has been checked."""
+    if guard is not None and not guard.checked:
+        return guard.first_step(step, *args)
+    return step(*args)
 
 
 def _autocast(recipe: GPTRecipe, device: Any) -> Any:
@@ -186,11 +198,11 @@ def gpt_stepper(shape: TransformerShape, recipe: GPTRecipe, *, device: Any = Non
     from .gpt import text_tokens, token_batch
 
     dev = pick_device(None if device is None else str(device))
-    model, opt, scaler = _blocks(shape, recipe, dev, seed)
+    model, opt, scaler, guard = _blocks(shape, recipe, dev, seed)
     train, _ = _split(text_tokens())
     gen = torch.Generator().manual_seed(seed)
     batches = [token_batch(train, recipe.micro_batch, shape.seq_len, gen, device=dev) for _ in range(recipe.accumulation)]
-    return lambda: _step(model, opt, scaler, recipe, batches, dev)
+    return lambda: _first_checked(guard, _step, model, opt, scaler, recipe, batches, dev)
 
 
 def train_gpt(shape: TransformerShape, recipe: GPTRecipe, *, steps: int = 20, device: Any = None, seed: int = 0,
@@ -208,7 +220,7 @@ def train_gpt(shape: TransformerShape, recipe: GPTRecipe, *, steps: int = 20, de
         raise TypeError(f"train_gpt needs a TransformerShape and a course.GPTRecipe, got {shape!r:.60}, {recipe!r:.60}")
     steps, eval_windows = whole("steps", steps), whole("eval_windows", eval_windows)
     dev = pick_device(None if device is None else str(device))
-    model, opt, scaler = _blocks(shape, recipe, dev, seed)
+    model, opt, scaler, guard = _blocks(shape, recipe, dev, seed)
     train, held = _split(text_tokens())
     gen = torch.Generator().manual_seed(seed)
     from ..telemetry.energy import EnergyMeter
@@ -225,7 +237,7 @@ def train_gpt(shape: TransformerShape, recipe: GPTRecipe, *, steps: int = 20, de
         if i == 1:                          # energy over the timed steps: the first, with its one-off costs, left out
             meter.start()
         t0 = time.perf_counter()
-        loss = _step(model, opt, scaler, recipe, batches, dev)
+        loss = _first_checked(guard, _step, model, opt, scaler, recipe, batches, dev)
         synchronize(dev)
         times.append(time.perf_counter() - t0)
         losses.append(loss)
@@ -323,13 +335,13 @@ def micro_batches_that_fit(shape: TransformerShape, recipe: GPTRecipe, *, device
     from .gpt import text_tokens, token_batch
 
     dev = pick_device(None if device is None else str(device))
-    model, opt, scaler = _blocks(shape, recipe, dev, 0)
+    model, opt, scaler, guard = _blocks(shape, recipe, dev, 0)
     train, _ = _split(text_tokens())
     gen = torch.Generator().manual_seed(0)
 
     def step(n: int) -> None:
         batches = [token_batch(train, n, shape.seq_len, gen, device=dev) for _ in range(recipe.accumulation)]
-        _step(model, opt, scaler, recipe, batches, dev)
+        _first_checked(guard, _step, model, opt, scaler, recipe, batches, dev)
 
     budget = None if dev.type == "cuda" else gpu_spec("T4").memory_bytes     # off-GPU: the tensors a T4 could hold
     search = find_max_batch_size(step, start=recipe.micro_batch, limit=up_to * recipe.micro_batch, device=str(dev),

@@ -25,6 +25,7 @@ Example:
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -32,7 +33,7 @@ from .._format import fmt_seconds, html_table, text_table
 from .events import PHASES
 
 __all__ = ["CLASSES", "OUTSIDE", "DEVICE_IDLE", "Attribution", "op_class", "attribute_events", "device_phases",
-           "device_work_phases"]
+           "device_work_phases", "launching_ranges"]
 
 OUTSIDE = "outside any operator"
 DEVICE_IDLE = "device idle"
@@ -212,7 +213,8 @@ def device_work_phases(events: Iterable[Any], phase_of: Any, is_device: Any,
     launched it, so the kernels the autograd engine launches from its own device thread have none: those, and
     any kernel no phase copy holds, take the phase of the host operator that launched it (its
     ``linked_correlation_id``, then the host ranges around it: ``autograd::engine::evaluate_function`` is the
-    backward phase); otherwise the phase is None.
+    backward phase); otherwise the phase is None. Older torch builds keep no ``linked_correlation_id`` on their
+    events: there the launching operator is found by thread and time, as :func:`launching_ranges` does.
 
     Example:
         >>> from types import SimpleNamespace as E
@@ -229,8 +231,9 @@ def device_work_phases(events: Iterable[Any], phase_of: Any, is_device: Any,
     host: dict[Any, Any] = {}
     for e in events:
         if not is_device(e):
-            # the operators and ranges Python opened (runtime calls link to one: their own ids are CUPTI's)
-            if not getattr(e, "linked_correlation_id", 0) and getattr(e, "id", None) is not None:
+            # the operators and ranges Python opened (runtime calls carry CUPTI's correlation ids, not theirs)
+            if (not _is_runtime_call(e) and not getattr(e, "linked_correlation_id", 0)
+                    and getattr(e, "id", None) is not None):
                 host.setdefault(e.id, e)
             continue
         a, b = interval_s(e)
@@ -242,6 +245,8 @@ def device_work_phases(events: Iterable[Any], phase_of: Any, is_device: Any,
             work.append((a, b, e))
     ranges.sort(key=lambda r: r[0])
     work.sort(key=lambda w: w[0])
+    unlinked = [e for _, _, e in work if host.get(getattr(e, "linked_correlation_id", 0) or None) is None]
+    around = launching_ranges(events, unlinked, is_device, interval_s) if unlinked else {}
     out: list[tuple[float, float, str, str | None]] = []
     active: list[tuple[float, float, tuple[Any, Any], str]] = []
     j = 0
@@ -257,7 +262,77 @@ def device_work_phases(events: Iterable[Any], phase_of: Any, is_device: Any,
         while ph is None and launcher is not None:
             ph = phase_of(launcher.name)
             launcher = getattr(launcher, "cpu_parent", None)
+        for host_range in around.get(id(e), ()) if ph is None else ():
+            ph = phase_of(host_range.name)
+            if ph is not None:
+                break
         out.append((a, b, e.name, ph))
+    return out
+
+
+# a CUDA (or HIP) runtime or driver call: cudaLaunchKernel, cuLaunchKernelEx, cudaMemcpyAsync, hipLaunchKernel, ...
+_RUNTIME_NAME = re.compile(r"^(cuda|cu|hip|hipExt)[A-Z]\w*$")
+
+
+def _is_runtime_call(e: Any) -> bool:
+    """A host-side runtime or driver call kineto recorded (activity ``cuda_runtime``, ``cuda_driver``,
+    ``xpu_runtime``, ...; by its name where torch keeps no activity type). Its ``id`` is CUPTI's correlation id,
+    the same as that of the kernel, copy or memset it launched."""
+    activity = getattr(e, "activity_type", None)
+    if isinstance(activity, str) and activity:
+        return activity.endswith(("_runtime", "_driver"))
+    return bool(_RUNTIME_NAME.match(str(getattr(e, "name", ""))))
+
+
+def launching_ranges(events: Iterable[Any], kernels: Iterable[Any], is_device: Any,
+                     interval_s: Any) -> dict[int, list[Any]]:
+    """For each of ``kernels`` (device events), the host operators and ranges open around the runtime call that
+    launched it, innermost first, keyed by ``id(kernel)``: found by thread and time, without the
+    ``linked_correlation_id`` that older torch builds do not keep on their events.
+
+    The runtime call (``cudaLaunchKernel``, ``cudaMemcpyAsync``, ...) is the host event whose ``id`` is the kernel's
+    (both are CUPTI's correlation id); torch puts it on the thread of the operator that made it. The operators
+    and ranges on that thread whose interval holds the call's start are the ones that launched the kernel. A
+    kernel whose runtime call was not recorded gets none.
+
+    Example:
+        >>> from types import SimpleNamespace as E
+        >>> mm = E(name="aten::mm", thread=2, t=(10, 20), dev=False, id=7)
+        >>> node = E(name="autograd::engine::evaluate_function: MmBackward0", thread=2, t=(5, 30), dev=False, id=6)
+        >>> call = E(name="cudaLaunchKernel", thread=2, t=(12, 13), dev=False, id=501)
+        >>> k = E(name="sgemm", thread=2, t=(40, 60), dev=True, id=501)
+        >>> [r.name for r in launching_ranges([node, mm, call, k], [k], lambda e: e.dev, lambda e: e.t)[id(k)]]
+        ['aten::mm', 'autograd::engine::evaluate_function: MmBackward0']
+    """
+    calls: dict[Any, Any] = {}
+    threads: dict[Any, list[tuple[float, float, Any]]] = {}
+    for e in events:
+        if is_device(e) or getattr(e, "is_async", False) or getattr(e, "is_python_function", False):
+            continue                 # Python frames (with_stack) are named by their file: no range of a phase
+        if _is_runtime_call(e):
+            calls.setdefault(getattr(e, "id", None), e)
+        else:
+            a, b = interval_s(e)
+            threads.setdefault(getattr(e, "thread", None), []).append((a, b, e))
+    asks: dict[Any, list[tuple[float, Any]]] = {}
+    for k in kernels:
+        call = calls.get(getattr(k, "id", None))
+        if call is not None:
+            asks.setdefault(getattr(call, "thread", None), []).append((interval_s(call)[0], k))
+    out: dict[int, list[Any]] = {}
+    for thread, queries in asks.items():
+        spans = sorted(threads.get(thread, ()), key=lambda s: (s[0], -s[1]))
+        stack: list[tuple[float, float, Any]] = []
+        i = 0
+        for t, k in sorted(queries, key=lambda q: q[0]):
+            while i < len(spans) and spans[i][0] <= t:
+                while stack and stack[-1][1] < spans[i][0]:     # host ranges on one thread nest: an ended one is done
+                    stack.pop()
+                stack.append(spans[i])
+                i += 1
+            while stack and stack[-1][1] < t:
+                stack.pop()
+            out[id(k)] = [s[2] for s in reversed(stack) if s[1] >= t]
     return out
 
 

@@ -105,3 +105,22 @@ def test_profile_verdict_is_produced_from_the_ceilings(summary):
     assert "device-idle" in v.codes, f"a CUDA profile's verdict should report the device's idle split:\n{v}"
     assert summary.roofline is not None, "the step's roofline is missing although work and limits were given"
     assert repr(summary) and summary._repr_html_()
+
+
+def test_the_backward_phase_has_the_device_time_of_its_kernels(summary, figure):
+    import torch
+
+    phases = summary.device_phases_s
+    assert phases, f"a CUDA profile with device events has no device phases: {summary.device}"
+    # the autograd engine launches the backward kernels from its own thread, outside gl.phase("backward")'s device
+    # copy: they reach the backward phase only through their launching operators (linked_correlation_id, or on
+    # older torch the cudaLaunchKernel call's thread and time)
+    assert phases["backward"] > 0, (f"no device time in the backward phase on torch {torch.__version__}: the "
+                                    f"backward kernels were not traced to their launching operators: {phases}")
+    # backward runs about twice the forward's matmuls (the weights' and the inputs' gradients)
+    assert phases["backward"] >= 0.5 * phases["forward"], (
+        f"the backward phase has {phases['backward'] * 1e6:.0f} us of device time against the forward's "
+        f"{phases['forward'] * 1e6:.0f} us: backward kernels are landing elsewhere: {phases}")
+    figure("profile_backward_device_share", 100 * summary.attribution.phase_share("backward"), "%",
+           note=f"device phases per {summary.steps} steps: " + ", ".join(f"{k} {v * 1e3:.2f} ms"
+                                                                         for k, v in phases.items()))

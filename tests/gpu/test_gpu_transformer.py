@@ -22,8 +22,11 @@ def test_sdpa_picks_a_fused_backend_for_16_bit_inputs(cuda, figure):
     q = torch.randn(4, 12, 1024, 64, device=cuda, dtype=dtype)
     report = sdpa_backends(q, q, q, is_causal=True)
     figure("sdpa_default_backend", None, "", note=f"{report.default} chosen for {report.dtype} causal attention; "
-                                                  f"runs here: {', '.join(report.available)}")
+                                                  f"runs here: {', '.join(report.available)}; {report.chosen_because}")
     assert report.default != "math", report
+    # on a GPU the order is torch's own (cuDNN first on sm_90/sm_100 with a recent cuDNN), read after the calls
+    assert report.priority_basis == "torch", report
+    assert report.default == next(b for b in report.priority if b in report.available), report
     assert report.default in report.available and "math" in report.available, report
     fp32 = sdpa_backends(*(q.float(),) * 3, is_causal=True)
     assert fp32.reasons["flash"] is not None, fp32       # flash attention has no fp32 kernel: torch says why

@@ -32,7 +32,7 @@ import gpulab as gl
 from gpulab import course
 from gpulab.distributed import WorkerInfo, init_worker, report, shard_indices
 
-__all__ = ["parse_args", "params_digest", "max_abs_diff", "self_checks", "baseline_alone",
+__all__ = ["parse_args", "params_digest", "max_abs_diff", "self_checks", "wait_quietly", "baseline_alone",
            "ddp_throughput", "allreduce_timing", "overlap_profile", "main"]
 
 CHECK_MODEL = "mlp"  # no BatchNorm: BatchNorm normalises each rank's shard by its own statistics (see lesson 05)
@@ -138,10 +138,43 @@ def self_checks(info: WorkerInfo, args: argparse.Namespace) -> dict[str, Any]:
 
 
 
+POLL_S = (0.001, 0.05)    # wait_quietly's first and longest sleep between two looks at the barrier
+
+
+def wait_quietly(info: WorkerInfo, poll_s: tuple[float, float] = POLL_S) -> None:
+    """A barrier that sleeps while it waits, for waits as long as a training run: every rank joins an
+    asynchronous ``dist.barrier`` and looks whether it completed, sleeping 1 ms, then twice as long each time up to
+    50 ms, in between. NCCL's blocking barrier waits in ``cudaStreamSynchronize``, which spins a CPU core for the
+    whole wait (CUDA's default scheduling spins while the host has cores to spare), a core taken from the rank that
+    is being timed. The barrier's error (a timeout, a rank that died) is raised once it completed. Ranks leave up to
+    one sleep apart: for the short barriers before a timed collective, use :func:`gpulab.distributed.barrier`.
+
+    Example (a one-process gloo job):
+        >>> import os, torch.distributed as dist
+        >>> from gpulab.distributed import free_port, init_worker
+        >>> saved = dict(os.environ)
+        >>> os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1")
+        >>> wait_quietly(init_worker("gloo"))
+        >>> dist.destroy_process_group(); os.environ.clear(); os.environ.update(saved)
+    """
+    import torch.distributed as dist
+
+    first, longest = poll_s
+    if not 0 < first <= longest:
+        raise ValueError(f"poll_s must be (first, longest) sleeps in seconds with 0 < first <= longest, got {poll_s!r}")
+    nccl = info.backend == "nccl" and info.device.type == "cuda"
+    work = dist.barrier(async_op=True, **({"device_ids": [info.device.index]} if nccl else {}))
+    delay = first
+    while not work.is_completed():
+        time.sleep(delay)
+        delay = min(longest, 2 * delay)
+    work.wait()                # completed: returns at once, or raises the barrier's error
+
+
 def baseline_alone(info: WorkerInfo, args: argparse.Namespace) -> dict[str, Any]:
-    """Rank 0 trains a plain (non-DDP) copy of the model on batches of ``--batch`` while the other ranks wait in
-    a barrier (which costs no CPU): the one-process throughput, measured in the same kind of process, with the
-    same threads, as a DDP rank. On a CPU, rank 0 then repeats it with every core (``alone_all_cores_*``): one
+    """Rank 0 trains a plain (non-DDP) copy of the model on batches of ``--batch`` while the other ranks wait,
+    asleep (:func:`wait_quietly`: no core spinning beside it): the one-process throughput, measured in the same kind
+    of process, with the same threads, as a DDP rank. On a CPU, rank 0 then repeats it with every core (``alone_all_cores_*``): one
     process using the whole machine, the real alternative to several processes sharing it."""
     import torch
     import torch.distributed as dist
@@ -164,7 +197,7 @@ def baseline_alone(info: WorkerInfo, args: argparse.Namespace) -> dict[str, Any]
             out.update({f"{name}_items_per_s": r.items_per_s, f"{name}_median_step_s": r.median_step_s,
                         f"{name}_threads": threads, f"{name}_step_times_s": list(r.step_times_s)})
         torch.set_num_threads(before)
-    gl.distributed.barrier(info)
+    wait_quietly(info)
     return out
 
 
