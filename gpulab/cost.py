@@ -27,7 +27,8 @@ from ._format import TableView
 from .figures.prices import PRICES, Price, _usd
 from .reference import gpu_spec
 
-__all__ = ["Price", "PriceTable", "hourly_price", "price_for_gpu", "price_here", "price_mismatch", "cost_per_million", "prices"]
+__all__ = ["Price", "PriceTable", "hourly_price", "price_for_gpu", "price_here", "price_mismatch", "cost_per_million", "prices",
+           "gpus_arg", "price_note"]
 
 
 def _by_key() -> dict[str, Price]:
@@ -136,8 +137,52 @@ def price_mismatch(price: Price, device_name: str) -> str | None:
                               "this machine costs")
 
 
-def cost_per_million(usd_per_hour: float, items_per_s: float | None) -> float | None:
-    """US dollars per million items at ``items_per_s``: ``usd_per_hour / 3600 / items_per_s * 1e6``.
+def gpus_arg(gpus: Any, price: Price | None = None) -> int:
+    """``gpus``, how many GPUs a run used, checked: a whole number >= 1, else ``TypeError``/``ValueError`` naming it.
+    Above 1 it needs a price per GPU-hour (a GPU's published price): a price given as a number, or a CPU machine's,
+    is the whole machine's price per hour already.
+
+    Example:
+        >>> gpus_arg(8, hourly_price("aws-p5-h100"))
+        8
+        >>> gpus_arg(0)
+        Traceback (most recent call last):
+        ...
+        ValueError: gpus must be the number of GPUs the run used, a whole number >= 1, got 0
+    """
+    if isinstance(gpus, bool) or not isinstance(gpus, numbers.Integral):
+        raise TypeError(f"gpus must be the number of GPUs the run used, a whole number >= 1, got "
+                        f"{type(gpus).__name__} {gpus!r:.60}")
+    if gpus < 1:
+        raise ValueError(f"gpus must be the number of GPUs the run used, a whole number >= 1, got {gpus!r}")
+    if gpus > 1 and price is not None and price.gpu is None:
+        raise ValueError(f"gpus={gpus} multiplies a price per GPU-hour, but {price} is the whole machine's price per "
+                         "hour: pass gpus=1 with the whole machine's price, or a GPU's published price "
+                         "(gl.cost.prices()) with the number of GPUs")
+    return int(gpus)
+
+
+def price_note(price: Price, gpus: int = 1) -> str:
+    """How a run is priced: ``str(price)``, and for a run on several GPUs the hourly price it pays.
+
+    Example:
+        >>> price_note(hourly_price(2.0))
+        '$2.00 per hour: your price (price_per_hour given)'
+        >>> from gpulab.figures.prices import Price
+        >>> p = Price("example-h100", 3.0, "8 x H100", "H100 SXM", 8, "Example", "", "Example page", "https://e.x", "2026-01")
+        >>> price_note(p, gpus=8)
+        '$24.00 per hour: 8 GPUs x $3.00 per GPU-hour: H100 SXM on Example, on demand (Example page, 2026-01)'
+    """
+    gpus = gpus_arg(gpus, price)
+    if gpus == 1:
+        return str(price)
+    return f"{_usd(float(price.usd_per_hour) * gpus)} per hour: {gpus} GPUs x {price}"
+
+
+def cost_per_million(usd_per_hour: float, items_per_s: float | None, gpus: int = 1) -> float | None:
+    """US dollars per million items at ``items_per_s``: ``usd_per_hour x gpus / 3600 / items_per_s * 1e6``, where
+    ``gpus`` is how many GPUs the run used, each paid ``usd_per_hour`` (a price per GPU-hour; 1 for a whole machine's
+    price).
 
     ``None`` when there is no throughput to price (``None``, zero, negative, NaN or infinite). A price of 0 gives
     0; a negative or non-finite price raises ``ValueError``.
@@ -145,10 +190,13 @@ def cost_per_million(usd_per_hour: float, items_per_s: float | None) -> float | 
     Example:
         >>> round(cost_per_million(0.35, 500.0), 4)    # $0.35/h at 500 items/s
         0.1944
+        >>> round(cost_per_million(2.0, 1000.0, gpus=8), 4)   # 8 GPUs at $2.00 per GPU-hour, 1,000 items/s in all
+        4.4444
         >>> cost_per_million(0.35, 0.0) is None
         True
     """
-    usd = positive("usd_per_hour", usd_per_hour, allow_zero=True, unit="USD per hour")
+    gpus = gpus_arg(gpus)
+    usd = positive("usd_per_hour", usd_per_hour, allow_zero=True, unit="USD per hour") * gpus
     if items_per_s is None:
         return None
     if isinstance(items_per_s, bool) or not isinstance(items_per_s, numbers.Real):

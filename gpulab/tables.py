@@ -57,6 +57,7 @@ class Comparison(TableView):
     setup_s: Mapping[str, float] = field(default_factory=dict)   # one-off cost per row (compile, export)
     price: Any = None            # gpulab.cost.Price: the hourly price the cost column uses
     energy: bool | None = None
+    gpus: int = 1                # GPUs the measured work used: a price per GPU-hour is paid this many times
     # the ceilings the shares divide by: the given ones, raised to a row's rate when it ran faster
     flops_ceiling: float | None = field(init=False)
     bandwidth_ceiling: float | None = field(init=False)
@@ -111,7 +112,8 @@ class Comparison(TableView):
             return None
         from .cost import cost_per_million
 
-        return cost_per_million(self.price.usd_per_hour, m.items_per_s if m.items is not None else 1 / m.median_s)
+        return cost_per_million(self.price.usd_per_hour, m.items_per_s if m.items is not None else 1 / m.median_s,
+                                self.gpus)
 
     def to_dataframe(self) -> Any:
         """The table as a pandas DataFrame of raw numbers (seconds, items/s, bytes, fractions)."""
@@ -203,10 +205,11 @@ class Comparison(TableView):
         if show_j:
             notes.append(_energy_note(ms))
         if self.price is not None:
-            from .cost import price_mismatch
+            from .cost import price_mismatch, price_note
 
             whatif = price_mismatch(self.price, env.device_name)
-            notes.append(f"cost = {self.price} x the measured time per {per}" + (f" ({whatif})" if whatif else ""))
+            notes.append(f"cost = {price_note(self.price, self.gpus)} x the measured time per {per}"
+                         + (f" ({whatif})" if whatif else ""))
         if any(m.noisy for m in ms):
             notes.append("* noisy: IQR 10% or more of the median - re-run before trusting small differences")
         return header, rows, "; ".join(notes)
@@ -281,7 +284,7 @@ def _figure(name: str, label: str, key: Any) -> Published:
 def compare(measurements: Sequence[Measurement], baseline: str | None = None, *, title: str = "Comparison",
             published_figures: Mapping[str, str | Published] | None = None, peak_flops: float | None = None,
             peak_bandwidth: float | None = None, setup_s: Mapping[str, float] | None = None,
-            price_per_hour: Any = None, energy: bool | None = None) -> Comparison:
+            price_per_hour: Any = None, energy: bool | None = None, gpus: int = 1) -> Comparison:
     """Build a :class:`Comparison`. ``baseline`` defaults to the first measurement's label.
 
     ``published_figures`` maps a row label to a key of :func:`gpulab.published` (or a
@@ -290,6 +293,8 @@ def compare(measurements: Sequence[Measurement], baseline: str | None = None, *,
     one-off cost in seconds (a compile, an export): the table adds it and the break-even call count.
     ``price_per_hour``: USD per hour of the machine (a number), or a key of :func:`gpulab.cost.prices` (a published
     on-demand price, marked as such): the table adds the cost per million items at each row's measured throughput.
+    ``gpus``: how many GPUs the measured work ran on; a published price per GPU-hour is paid that many times (the
+    table's note says so).
     ``energy``: None shows joules per item when a row's device counter was read; True always; False never.
     """
     ms = rows_arg("measurements", measurements, Measurement, "gl.benchmark")
@@ -299,10 +304,9 @@ def compare(measurements: Sequence[Measurement], baseline: str | None = None, *,
         mapping("setup_s", setup_s, example="{'compiled': 12.5}")
     if energy is not None and not isinstance(energy, bool):
         raise TypeError(f"energy must be True, False or None (show the column when measured), got {energy!r}")
-    price = None
-    if price_per_hour is not None:
-        from .cost import hourly_price
+    from .cost import gpus_arg, hourly_price
 
-        price = hourly_price(price_per_hour)
+    price = None if price_per_hour is None else hourly_price(price_per_hour)
+    gpus = gpus_arg(gpus, price)
     return Comparison(ms, baseline if baseline is not None else getattr(ms[0], "label", ""), title,
-                      peak_flops, peak_bandwidth, pubs, dict(setup_s or {}), price, energy)
+                      peak_flops, peak_bandwidth, pubs, dict(setup_s or {}), price, energy, gpus)

@@ -1,4 +1,5 @@
-"""Shared fixtures: a fake NVML built from the real nvidia-ml-py (``fake_nvml``; ``scripted``, its three-GPU machine),
+"""Shared fixtures: a fake NVML built from the real nvidia-ml-py (``fake_nvml``; ``scripted``, its three-GPU machine;
+each clears the GPU energy counters' periods gpulab remembers, so they are measured on the fake),
 a RAPL package whose counter runs at a chosen power (``package_at``), and fabricated system facts."""
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def fake_nvml(monkeypatch):
     (PCI info NotSupported, no nvmlDeviceGetMigMode, as an older library); ``fake_nvml(machine="a100_mig")``
     a recorded machine (see ``fake_nvml.MACHINES``); other keywords go to ``fake_nvml.make_module``."""
     import fake_nvml as fakes
-    from gpulab.telemetry import nvml
+    from gpulab.telemetry import energy, nvml
 
     def install(gpus=(("NVIDIA A100-SXM4-40GB", (8, 0), 40 * 2**30),), machine=None, driver="550.54.15",
                 cuda_driver=12040, **kwargs):
@@ -40,6 +41,7 @@ def fake_nvml(monkeypatch):
             fake = fakes.make_module(fakes.machine_from_tuples(gpus), driver=driver, cuda_driver=cuda_driver,
                                      **kwargs)
         nvml._reset()
+        energy._PERIODS.clear()           # each GPU's counter period is measured again on the new fake
         monkeypatch.setattr(nvml, "_load", lambda: fake)
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
         monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
@@ -47,6 +49,7 @@ def fake_nvml(monkeypatch):
 
     yield install
     nvml._reset()
+    energy._PERIODS.clear()
 
 
 @pytest.fixture
@@ -99,15 +102,17 @@ def scripted(monkeypatch):
     """The real nvml.py running against the scripted three-GPU NVML (tests/fake_nvml.py), in NVML's PCI order."""
     import fake_nvml
 
-    from gpulab.telemetry import nvml
+    from gpulab.telemetry import energy, nvml
 
     fake = fake_nvml.make_module()
     nvml._reset()
+    energy._PERIODS.clear()
     monkeypatch.setattr(nvml, "_load", lambda: fake)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")   # three GPU models: pin CUDA's order to NVML's
     yield fake
     nvml._reset()
+    energy._PERIODS.clear()
 
 
 RAPL_WRAP = 262_143_328_850     # a package's max_energy_range_uj as Intel servers report it
@@ -116,7 +121,8 @@ RAPL_WRAP = 262_143_328_850     # a package's max_energy_range_uj as Intel serve
 @pytest.fixture
 def package_at(tmp_path, monkeypatch):
     """One RAPL package in a sysfs-shaped folder whose counter runs at ``watts`` (driven by the clock), wrapping at
-    ``wrap``; gpulab's default powercap folder points there. Returns the folder."""
+    ``wrap``, with a power limit of ``limit_w`` where given; gpulab's default powercap folder points there. Returns the
+    folder."""
     import time
 
     from gpulab.telemetry import rapl
@@ -124,12 +130,14 @@ def package_at(tmp_path, monkeypatch):
 
     root = tmp_path / "powercap"
 
-    def install(watts: float = 40.0, wrap: int = RAPL_WRAP, start_uj: int = 0):
+    def install(watts: float = 40.0, wrap: int = RAPL_WRAP, start_uj: int = 0, limit_w: float | None = None):
         zone = root / "intel-rapl:0"
         zone.mkdir(parents=True)
         (zone / "name").write_text("package-0\n")
         (zone / "energy_uj").write_text("0\n")
         (zone / "max_energy_range_uj").write_text(f"{wrap}\n")
+        if limit_w is not None:             # the package's power limit, as Intel's powercap gives it
+            (zone / "constraint_0_power_limit_uw").write_text(f"{int(limit_w * 1e6)}\n")
         t0 = time.monotonic()
         monkeypatch.setattr(RaplZone, "read_uj",
                             lambda self: int(start_uj + watts * 1e6 * (time.monotonic() - t0)) % self.max_range_uj)

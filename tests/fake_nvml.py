@@ -7,16 +7,19 @@ checked against it by ``tests/test_fakes_match_real.py``: every ``nvml*`` functi
 with the same parameters and defaults.
 
 Machines are recorded shapes of real ones (names, compute capabilities, memory, MIG slots, GPM) with
-scripted readings, one per sample ("tick": each utilisation read advances a GPU's tick):
+scripted readings, one per sample ("tick": each utilisation read advances a GPU's tick). The energy counter is the
+exception: like NVML's, it advances with time, in steps ``energy_period_s`` apart (100 ms, as measured on an
+H200), each step adding ``watts`` x the period, however often it is read.
 
-* ``SCRIPTED``: an H100 (every metric incl. GPM; thermal slowdown on ticks 5-8), a T4 (power and PCIe
-  NotSupported; the GPU is lost from tick 10 on), an A100 in MIG mode (two slices, five empty slots);
+* ``SCRIPTED``: an H100 (every metric incl. GPM; thermal slowdown on ticks 5-8), a T4 (PCIe NotSupported; the GPU
+  is lost from tick 10 on), an A100 in MIG mode (two slices, five empty slots);
 * ``T4_COLAB``, ``A100_MIG``, ``H100_GPM``, ``MIXED`` (an RTX A6000 and a T4: CUDA's order ambiguous),
   ``OLD_DRIVER`` (a V100 on a driver without the v2 memory query or nvmlDeviceGetTemperatureV).
 """
 from __future__ import annotations
 
 import ctypes
+import time
 import types
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -62,6 +65,8 @@ class GPU:
     processes: list[tuple[int, int | None]] = field(default_factory=list)
     reasons_at: Callable[[int], int] | None = None     # clock event reasons per tick (default: the scripted ones)
     sm_clock_at: Callable[[int], int] | None = None    # SM clock (MHz) per tick
+    watts: float = 350.0                    # board power: the power reading's base, and what the energy counter adds
+    energy_period_s: float = 0.1            # the energy counter advances in steps this far apart (monotonic time)
 
 
 def _uuid(c: str) -> str:
@@ -72,9 +77,8 @@ def scripted_machine() -> list[GPU]:
     return [
         GPU("NVIDIA H100 80GB HBM3", _uuid("a"), (9, 0), 80 * GIB, "00000000:01:00.0", busy=(95, 40), gpm=True,
             reserved=512 * MIB, used_at=lambda t: (10 + t) * GIB),
-        GPU("Tesla T4", _uuid("b"), (7, 5), 15 * GIB, "00000000:02:00.0",
-            unsupported=frozenset({"nvmlDeviceGetPowerUsage", "nvmlDeviceGetTotalEnergyConsumption",
-                                   "nvmlDeviceGetPcieThroughput"}), lost_at=10),
+        GPU("Tesla T4", _uuid("b"), (7, 5), 15 * GIB, "00000000:02:00.0",   # a T4 reads power and energy (Turing)
+            unsupported=frozenset({"nvmlDeviceGetPcieThroughput"}), lost_at=10, watts=35.0),
         GPU("NVIDIA A100-SXM4-40GB", _uuid("c"), (8, 0), 40 * GIB, "00000000:03:00.0",
             mig=[Slice("MIG-11111111-2222-3333-4444-555555555555", "3g.20gb", 20 * GIB, 1 * GIB, gi=1),
                  Slice("MIG-66666666-7777-8888-9999-000000000000", "1g.5gb", 5 * GIB, 2 * GIB, gi=9),
@@ -84,7 +88,7 @@ def scripted_machine() -> list[GPU]:
 
 def t4_colab() -> list[GPU]:
     return [GPU("Tesla T4", "GPU-4f1e2d3c-0b9a-8877-6655-443322110000", (7, 5), 15360 * MIB, "00000000:00:04.0",
-                used=0, reserved=257 * MIB)]
+                used=0, reserved=257 * MIB, watts=35.0)]
 
 
 def a100_mig() -> list[GPU]:
@@ -118,8 +122,7 @@ MACHINES = {"scripted": scripted_machine, "t4_colab": t4_colab, "a100_mig": a100
 def reading(gpu: GPU, index: int, tick: int) -> dict:
     """The scripted state of a GPU at sample ``tick``."""
     return {
-        "power_mw": 350_000 + 1000 * tick,
-        "energy_mj": 1_000_000 + 35_000 * tick,       # 350 W x 0.1 s per tick
+        "power_mw": int(gpu.watts * 1000) + 1000 * tick,
         "temp": 60 + tick,
         "sm_clock": gpu.sm_clock_at(tick) if gpu.sm_clock_at else 1500 if gpu.gpm and 5 <= tick <= 8 else 1980,
         "mem_clock": 2619,
@@ -137,6 +140,9 @@ MAX_CLOCKS_AND_BUS = {"Tesla T4": (1590, 5001, 256), "NVIDIA A100-SXM4-40GB": (1
 # Enforced power limit (W) of recorded cards at their defaults (nvmlDeviceGetEnforcedPowerLimit answers in mW).
 POWER_LIMITS_W = {"Tesla T4": 70, "NVIDIA A100-SXM4-40GB": 400, "NVIDIA A100-SXM4-80GB": 400,
                   "NVIDIA H100 80GB HBM3": 700}
+
+
+ENERGY_AT_LOAD_MJ = 1_000_000      # the energy counter's value when the fake is made (mJ since "driver load")
 
 
 class Handle:
@@ -167,6 +173,8 @@ def make_module(gpus: list[GPU] | None = None, *, driver: str = "570.86.15", cud
     m.__dict__.update(real_constants())   # NVML_*, nvmlClocksEventReason* / ThrottleReason*, nvmlMemory_v2, ...
     m.c_nvmlGpmMetricsGet_t = real.c_nvmlGpmMetricsGet_t
     m.gpus, m.ticks, m.calls, m.freed, m.allocated = gpus, [0] * len(gpus), [], [], []
+    m.t0 = time.monotonic()                       # the energy counters' clock starts with the "driver"
+    m.energy = [[0, ENERGY_AT_LOAD_MJ] for _ in gpus]   # per GPU: counter steps taken, millijoules
 
     def gpu_of(h: Any) -> GPU:
         if not isinstance(h, Handle) or not 0 <= h.index < len(gpus):
@@ -308,7 +316,12 @@ def make_module(gpus: list[GPU] | None = None, *, driver: str = "570.86.15", cud
         return POWER_LIMITS_W[g.name] * 1000
 
     def nvmlDeviceGetTotalEnergyConsumption(handle):
-        return now(handle)["energy_mj"] if whole(handle, "nvmlDeviceGetTotalEnergyConsumption") else None
+        g = whole(handle, "nvmlDeviceGetTotalEnergyConsumption")
+        state = m.energy[handle.index]         # steps since the last read are charged at the GPU's watts now
+        steps = int((time.monotonic() - m.t0) // g.energy_period_s)
+        state[1] += max(0, steps - state[0]) * int(round(g.watts * g.energy_period_s * 1000))
+        state[0] = max(state[0], steps)
+        return state[1]
 
     def nvmlDeviceGetTemperatureV(handle, sensor, version=real.nvmlTemperature_v1):
         if not temperature_v:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import re
+import time
 from dataclasses import replace
 from types import SimpleNamespace as NS
 
@@ -19,7 +20,8 @@ from gpulab import course  # noqa: E402
 from gpulab.course import capstone_torch  # noqa: E402
 from gpulab.course.ablation_table import Ablation, AblationStep  # noqa: E402
 from gpulab.course.recipe_run import RecipeRun  # noqa: E402
-from gpulab.telemetry import rapl  # noqa: E402
+from gpulab.course import step_energy  # noqa: E402
+from gpulab.telemetry import energy, rapl  # noqa: E402
 
 NUMBER = re.compile(r"\d")
 
@@ -61,6 +63,80 @@ def test_train_recipe_without_a_counter_says_why_and_holds_no_number(small, no_c
     assert "powercap" in r.energy_reason
     line = [ln for ln in repr(r).splitlines() if ln.startswith("energy")][0]
     assert "not measurable here" in line
+
+
+class _ShortGPUEpochs:
+    """What ``EnergyMeter("cuda:0")`` gives for epochs of tens of ms (an H100's fast recipes): every window refused as
+    too short for NVML's counter. Records when each window was opened and closed."""
+
+    windows: list = []
+
+    def __init__(self, device):
+        self.windows.clear()
+
+    def start(self):
+        self.t0 = time.perf_counter()
+        return self
+
+    def stop(self):
+        called = time.perf_counter()
+        time.sleep(0.05)                 # a counter read, or the first window's period probe: not the epoch's time
+        self.windows.append((self.t0, called))
+        return energy.Energy("cuda:0", called - self.t0, None, "", energy.too_short_for_the_gpu_counter("windows"))
+
+
+def test_epochs_too_short_for_a_gpu_counter_are_charged_a_block_of_the_same_steps(small, monkeypatch):
+    """On a GPU an epoch of tens of ms is under ten of NVML's ~100 ms counter periods, so each epoch's window is
+    refused as too short. train_recipe then charges every epoch the mean power of a block of the same training steps
+    run alone at lr 0 (lesson 04's way: step_energy.block_energy, BLOCK_S seconds), and says so. The meter reads stay
+    outside the epoch times."""
+    blocks = []
+
+    def block(step, device, seconds, how):
+        for _ in range(40):                      # more than an epoch of 32 steps: the data path starts over
+            step()
+        blocks.append((device, seconds, how))
+        return energy.Energy(device, seconds, 250.0 * seconds, f"NVML energy counter (the whole board); {how}")
+
+    monkeypatch.setattr(energy, "EnergyMeter", _ShortGPUEpochs)
+    monkeypatch.setattr(step_energy, "block_energy", block)
+    r = course.train_recipe(course.Recipe(batch_size=64, data="host", schedule="cosine"), small, epochs=3,
+                            device="cpu")
+    assert blocks == [("cuda:0", step_energy.BLOCK_S, step_energy.EPOCHS_ALONE)] and step_energy.BLOCK_S >= 5
+    assert r.energy_reason is None and "run back to back" in r.energy_source and "lr 0" in r.energy_source
+    windows = _ShortGPUEpochs.windows
+    assert [j for j in r.epoch_joules] == pytest.approx([250.0 * (end - t0) for t0, end in windows])
+    assert r.joules_per_sample == pytest.approx(sum(r.epoch_joules[1:]) / 2 / r.samples_per_epoch)
+    assert all(t <= end - t0 for t, (t0, end) in zip(r.epoch_times_s, windows))    # the reads are not the epoch's
+    assert "per sample" in repr(r) and "not measurable" not in repr(r)
+
+
+def test_a_block_that_cannot_run_leaves_the_short_epochs_unmeasured_with_both_reasons(small, monkeypatch):
+    monkeypatch.setattr(energy, "EnergyMeter", _ShortGPUEpochs)
+    monkeypatch.setattr(step_energy, "block_energy", lambda *a: (_ for _ in ()).throw(RuntimeError("no copy")))
+    r = course.train_recipe(course.Recipe(batch_size=64, data="host"), small, epochs=2, device="cpu")
+    assert r.joules_per_sample is None and energy.TOO_SHORT in r.energy_reason and "no copy" in r.energy_reason
+
+
+def test_short_epochs_on_the_fake_nvml_are_charged_the_blocks_mean_power(scripted, pretend_gpus, monkeypatch):
+    """The fake H100's counter advances every 20 ms at 300 W (NVML's: about every 100 ms): epoch windows of 30 ms
+    are refused for their length, and a block of the step run alone through gl.benchmark gives their power."""
+    from gpulab.telemetry.energy import EnergyMeter
+
+    pretend_gpus(3)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+    scripted.gpus[0].watts, scripted.gpus[0].energy_period_s = 300.0, 0.02
+    meter, epochs = EnergyMeter("cuda:0"), []
+    for _ in range(3):
+        meter.start()
+        time.sleep(0.03)
+        epochs.append(meter.stop())
+    assert all(e.joules is None and energy.TOO_SHORT in e.reason for e in epochs)
+    charged = step_energy.charge_short_windows(epochs, lambda: time.sleep(0.002), seconds=0.5)
+    for e, window in zip(charged, epochs):
+        assert e.measured and e.seconds == window.seconds and e.watts == pytest.approx(300.0, rel=0.15)
+    assert "NVML energy counter" in charged[0].source and step_energy.EPOCHS_ALONE in charged[0].source
 
 
 def test_joules_per_sample_uses_the_epochs_after_the_first():

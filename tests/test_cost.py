@@ -169,3 +169,37 @@ def test_the_price_table_renders_every_key_as_text_and_html_with_its_caveat(tabl
 def test_the_reference_table_renders_even_when_empty():
     t = cost.prices()
     assert len(t) == len(PRICES) and "Published on-demand cloud prices" in repr(t) and "<table" in t._repr_html_()
+
+
+# ---- a run on several GPUs pays a price per GPU-hour for each ---------------------------------------------------
+def test_a_run_on_several_gpus_pays_the_gpu_hour_price_for_each(table):
+    assert cost.cost_per_million(4.0, 1000.0, gpus=8) == pytest.approx(8 * cost.cost_per_million(4.0, 1000.0))
+    m = gl.benchmark(sum, range(100), min_run_time=0.02, items=10, warn_noisy=False)
+    one = gl.compare([m], price_per_hour=_A100)
+    eight = gl.compare([m], price_per_hour=_A100, gpus=8)
+    assert eight.cost_per_million(m.label) == pytest.approx(8 * one.cost_per_million(m.label))
+    assert eight.to_dataframe().loc[m.label, "usd_per_million"] == pytest.approx(8 * one.cost_per_million(m.label))
+    assert "$32.00 per hour: 8 GPUs x $4.00 per GPU-hour" in repr(eight) and "8 GPUs" not in repr(one)
+    from gpulab.telemetry.trace import Trace
+    import pandas as pd
+
+    frame = pd.DataFrame({"t_s": [0.0, 1.0], "device": "gpu0", "source": "nvml", "power_w": 300.0})
+    s = Trace(frame, 1.0, duration_s=3600.0).summary(items=1e6, price_per_hour=_A100, gpus=8)
+    assert s.cost_per_million_items == pytest.approx(32.0) and "8 GPUs x $4.00 per GPU-hour" in repr(s)
+
+
+@pytest.mark.parametrize("gpus, error", [(0, ValueError), (-2, ValueError), (2.5, TypeError), ("8", TypeError),
+                                         (True, TypeError), (None, TypeError)])
+def test_gpus_must_be_a_whole_number_of_gpus(gpus, error):
+    with pytest.raises(error, match="gpus"):
+        cost.cost_per_million(1.0, 10.0, gpus=gpus)
+    m = gl.benchmark(sum, range(10), min_run_time=0.02, warn_noisy=False)
+    with pytest.raises(error, match="gpus"):
+        gl.compare([m], price_per_hour=1.0, gpus=gpus)
+
+
+def test_a_whole_machines_price_is_not_multiplied_by_gpus():
+    m = gl.benchmark(sum, range(10), min_run_time=0.02, warn_noisy=False)
+    with pytest.raises(ValueError, match="whole machine's price per hour"):
+        gl.compare([m], price_per_hour=3.6, gpus=4)                    # a number given is the machine's price
+    assert gl.compare([m], price_per_hour=3.6, gpus=1).gpus == 1

@@ -13,7 +13,7 @@ import pytest
 
 import gpulab as gl
 from gpulab.telemetry import rapl
-from gpulab.telemetry.energy import GPU_COUNTER_PERIOD_S, Energy, EnergyMeter
+from gpulab.telemetry.energy import TOO_SHORT, Energy, EnergyMeter
 from gpulab.telemetry.rapl import RaplZone
 from gpulab.telemetry.trace import Mark, Trace
 
@@ -30,7 +30,7 @@ def test_cpu_joules_per_call_are_mean_power_times_the_median(package_at):
 
 
 def test_the_counter_wrapping_during_a_block_is_added_back(package_at):
-    package_at(watts=100.0, wrap=100_000_000, start_uj=99_000_000)   # wraps 10 ms in (then every second)
+    package_at(watts=100.0, wrap=100_000_000, start_uj=99_000_000, limit_w=120.0)   # wraps 10 ms in, then every s
     with gl.timer("block") as t:
         time.sleep(0.5)
     assert t.energy.joules == pytest.approx(100.0 * t.elapsed_s, rel=0.1)
@@ -71,39 +71,117 @@ def test_benchmark_energy_false_reads_nothing(monkeypatch):
 
 # ---- GPUs: NVML's energy counter, power integrated where there is none ------------------------------------------
 def test_the_fake_answers_as_pynvml_does(scripted):
-    """The energy call of the fake is pynvml's (same name and parameters, tests/test_fakes_match_real.py) and a
-    GPU without it raises pynvml's own NotSupported error."""
-    t4 = scripted.nvmlDeviceGetHandleByIndex(1)
+    """The energy call of the fake is pynvml's (same name and parameters, tests/test_fakes_match_real.py), a device
+    without it (a MIG slice) raises pynvml's own NotSupported error, and, like NVML's, the counter advances with time
+    in steps of the GPU's power x its period, not with each read."""
+    card = scripted.nvmlDeviceGetHandleByIndex(2)
     with pytest.raises(pynvml.NVMLError_NotSupported):
-        scripted.nvmlDeviceGetTotalEnergyConsumption(t4)
+        scripted.nvmlDeviceGetTotalEnergyConsumption(scripted.nvmlDeviceGetMigDeviceHandleByIndex(card, 0))
     assert pynvml.NVMLError_NotSupported is type(pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED))
-    assert scripted.nvmlDeviceGetTotalEnergyConsumption(scripted.nvmlDeviceGetHandleByIndex(0)) == 1_000_000
+    h100, t4 = (scripted.nvmlDeviceGetHandleByIndex(i) for i in (0, 1))
+    assert scripted.nvmlDeviceGetPowerUsage(t4) > 0 and scripted.nvmlDeviceGetTotalEnergyConsumption(t4) > 0  # a T4's
+    before = [scripted.nvmlDeviceGetTotalEnergyConsumption(h100) for _ in range(20)]    # reads do not advance it
+    assert len(set(before)) <= 2 and (before[0] - fake_nvml.ENERGY_AT_LOAD_MJ) % 35_000 == 0
+    time.sleep(0.25)
+    after = scripted.nvmlDeviceGetTotalEnergyConsumption(h100)
+    assert after > before[-1] and (after - before[-1]) % 35_000 == 0          # whole 100 ms steps of 350 W
+
+
+def _fast_counter(fake, index=0, period_s=0.01, watts=350.0):
+    """The fake GPU's counter advancing every ``period_s`` (set before its first read): windows of 10 periods are
+    then a tenth of a second, and the tests stay short."""
+    fake.gpus[index].energy_period_s, fake.gpus[index].watts = period_s, watts
 
 
 def test_the_gpu_counter_gives_joules(scripted, pretend_gpus):
     pretend_gpus(3)
+    _fast_counter(scripted)
     meter = EnergyMeter("cuda:0").start()
-    scripted.ticks[0] = 11                     # ten scripted samples later: 10 x 35 J
-    time.sleep(GPU_COUNTER_PERIOD_S)           # a window the counter's ~100 ms updates can resolve
+    time.sleep(0.3)                            # 30 periods of 10 ms
     e = meter.stop()
-    assert e.joules == pytest.approx(350.0) and e.counted and "NVML energy counter" in e.source
+    assert e.counted and "NVML energy counter" in e.source
+    assert e.joules == pytest.approx(350.0 * e.seconds, rel=0.15, abs=2 * 3.5)     # about one 3.5 J update per end
+    assert meter.period.measured and 0.005 < meter.period.seconds < 0.05
 
 
-def test_a_gpu_window_shorter_than_the_counter_period_has_no_figure(scripted, pretend_gpus):
-    """NVML's counter advances about every 100 ms (100 ms measured on an H200, idle and busy): a shorter window
-    holds no update or one that covers time outside it, so it gives no joules, and says why."""
+def test_a_gpu_window_shorter_than_ten_counter_periods_has_no_figure(scripted, pretend_gpus):
+    """NVML's counter advances in steps (100 ms measured on an H200; each GPU's own period is measured): each of a
+    window's two readings is up to one step stale, so a window under ten steps gives no joules, and says why."""
     pretend_gpus(3)
+    _fast_counter(scripted, period_s=0.02)
     meter = EnergyMeter("cuda:0").start()
-    scripted.ticks[0] = 11
+    time.sleep(0.06)                           # three periods: readable, but off by up to a third
     e = meter.stop()
-    assert e.joules is None and "100 ms" in e.reason and "gl.benchmark" in e.reason
-    time.sleep(GPU_COUNTER_PERIOD_S)           # the meter stays usable: a longer window reads
-    assert meter.start() and (time.sleep(GPU_COUNTER_PERIOD_S) or meter.stop().measured)
+    assert e.joules is None and TOO_SHORT in e.reason and "10 updates" in e.reason and "gl.benchmark" in e.reason
+    assert "measured over" in e.reason and "not measurable here" in str(e)
+    assert meter.start() and (time.sleep(0.3) or meter.stop().measured)       # a longer window reads
+
+
+def test_each_gpus_counter_period_is_measured_once_and_remembered(fake_nvml, pretend_gpus, monkeypatch):
+    fake = fake_nvml(gpus=(("NVIDIA A100-SXM4-40GB", (8, 0), 40 * 2**30),) * 2)
+    pretend_gpus(2)
+    _fast_counter(fake, 0, period_s=0.01)
+    _fast_counter(fake, 1, period_s=0.04)
+    periods = []
+    for index in (0, 1):
+        meter = EnergyMeter(f"cuda:{index}").start()
+        meter.stop()
+        periods.append(meter.period.seconds)
+    assert periods[0] < periods[1] and 0.005 < periods[0] < 0.03 and 0.02 < periods[1] < 0.12
+    reads = []
+    real = fake.nvmlDeviceGetTotalEnergyConsumption
+    monkeypatch.setattr(fake, "nvmlDeviceGetTotalEnergyConsumption", lambda h: reads.append(h) or real(h))
+    again = EnergyMeter("cuda:1").start()
+    again.stop()
+    assert again.period.seconds == periods[1] and len(reads) == 3     # found, started, stopped: not measured again
+
+
+def test_a_counter_whose_period_cannot_be_measured_is_assumed_100_ms_and_said(fake_nvml, pretend_gpus, monkeypatch):
+    """A counter that never moves (or stops answering) while it is read gives no period: NVML's usual 100 ms is
+    assumed, with the reason, so windows under a second give no figure; a window long enough over a counter that
+    did not count gives none either (never a measured 0 J). Every read goes through nvml.py's guarded helper: an
+    NVML error is an answer of None, never an exception."""
+    from gpulab.telemetry import energy, nvml
+
+    fake = fake_nvml()
+    pretend_gpus()
+    _fast_counter(fake, period_s=0.01, watts=0.0)            # a counter that never moves
+    monkeypatch.setattr(energy, "PERIOD_PROBE_S", 0.2)
+    meter = EnergyMeter("cuda:0").start()
+    e = meter.stop()
+    assert not meter.period.measured and meter.period.seconds == energy.GPU_COUNTER_PERIOD_S
+    assert e.joules is None and "assumed: the counter changed 0 times in 0.2 s of reads" in e.reason
+    assert "under 1 s" in e.reason
+    monkeypatch.setattr(energy, "GPU_COUNTER_PERIOD_S", 0.01)
+    energy._PERIODS.clear()
+    e = EnergyMeter("cuda:0").start()
+    time.sleep(0.15)
+    e = e.stop()
+    assert e.joules is None and "did not advance" in e.reason                 # not a measured 0 J
+
+    calls = []
+    queried = []
+    real_query = nvml.query
+    monkeypatch.setattr(nvml, "query", lambda fn, *a, **k: queried.append(fn) or real_query(fn, *a, **k))
+
+    def lost(handle):
+        calls.append(handle)
+        if len(calls) > 4:                          # found, started, stopped, one probe read: then the GPU is lost
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+        return 5_000_000 + 1000 * len(calls)
+
+    monkeypatch.setattr(fake, "nvmlDeviceGetTotalEnergyConsumption", lost)
+    energy._PERIODS.clear()
+    meter = EnergyMeter("cuda:0").start()
+    e = meter.stop()
+    assert meter.period.reason == "the counter stopped answering while its period was measured"
+    assert e.joules is None and TOO_SHORT in e.reason
+    assert queried.count("nvmlDeviceGetTotalEnergyConsumption") == len(calls)    # every read through nvml.query
 
 
 def test_a_gpu_without_counter_or_power_is_not_measurable(scripted, pretend_gpus):
     pretend_gpus(3)
-    e = EnergyMeter("cuda:1").start().stop()          # the scripted T4: power and energy NotSupported
+    e = EnergyMeter("cuda:2").start().stop()          # the scripted A100's MIG slice: power and energy NotSupported
     assert e.joules is None and "neither an energy counter nor power" in e.reason
 
 
@@ -125,18 +203,10 @@ def test_fake_gpu_table_has_joules_and_cost(scripted, pretend_gpus, monkeypatch)
     pretend_gpus(3)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
-    watts = {"w": 300.0}
-    t0 = time.monotonic()
-    real = scripted.nvmlDeviceGetTotalEnergyConsumption
-
-    def counter(handle):                   # the real fake's answer plus joules that accrue with time
-        return real(handle) + int(1000 * watts["w"] * (time.monotonic() - t0))
-
-    monkeypatch.setattr(scripted, "nvmlDeviceGetTotalEnergyConsumption", counter)
+    _fast_counter(scripted, watts=300.0)           # updates every 10 ms: windows of 0.1 s or more give joules
     fast = gl.benchmark(lambda: time.sleep(0.002), label="bf16", device="cuda:0", items=64, min_run_time=0.2,
                         warn_noisy=False)
-    watts["w"] = 150.0
-    t0 = time.monotonic()
+    scripted.gpus[0].watts = 150.0
     slow = gl.benchmark(lambda: time.sleep(0.004), label="fp32", device="cuda:0", items=64, min_run_time=0.2,
                         warn_noisy=False)
     table = gl.compare([slow, fast], baseline="fp32", price_per_hour=3.6)
@@ -185,14 +255,16 @@ def test_joules_per_phase_from_the_counter_and_from_power():
 
 
 def test_monitor_records_gpu_counters_and_says_which_gpu_has_none(scripted):
+    scripted.gpus[1].unsupported = frozenset({"nvmlDeviceGetPowerUsage", "nvmlDeviceGetTotalEnergyConsumption"})
     with gl.Monitor(interval=0.02) as mon:
         with mon.phase("work"):
             time.sleep(0.25)
     tr = mon.trace
     s = tr.summary()
     assert s.device("gpu0").energy_j > 0 and s.device("gpu0").energy_source == "counter"
-    assert "neither an energy counter nor power" in tr.energy_notes["gpu1"]
+    assert "neither an energy counter nor power" in tr.energy_notes["gpu1"]     # a board without the sensors
     assert s.device("gpu1").energy_note and "gpu1 energy not measurable here" in repr(s)
+    assert "not per MIG slice" in tr.energy_notes["gpu2"]
     assert "host" in tr.energy_notes or s.device("host").energy_j is not None
     assert tr.phase_energy().joules("work", "gpu0") is not None
 
@@ -312,3 +384,13 @@ def test_interleaved_gpu_blocks_shorter_than_the_counter_period_give_no_figure()
     assert _variant_energy(Meter(), "cuda:0", 50.0, 5.0, rounds=2).joules == 50.0
     assert _variant_energy(Meter(), "cpu", 5.0, 0.5, rounds=10).joules == 5.0
     assert _variant_energy(Meter(), "cuda:0", None, 0.5, rounds=2).joules is None
+
+
+def test_a_phase_between_two_readings_has_no_joules_of_its_own():
+    """A mark from 1.2 s to 1.6 s with readings at 1 s and 2 s: interpolating would assume the power was steady
+    over a span nothing measured; it is not covered by samples."""
+    tr = _trace()
+    short = Trace(tr.frame, 1.0, marks=(Mark("blip", 1.2, 1.6), Mark("train", 0.0, 2.0)), duration_s=5.0)
+    pe = short.phase_energy()
+    assert pe.joules("blip", "gpu0") is None and pe.joules("blip", "gpu1") is None
+    assert pe.joules("train", "gpu0") == pytest.approx(600.0)

@@ -12,7 +12,7 @@ import gpulab as gl
 from gpulab import course
 from gpulab.course.step_energy import StepEnergy
 from gpulab.telemetry import rapl
-from gpulab.telemetry.energy import Energy
+from gpulab.telemetry.energy import TOO_SHORT, Energy
 
 
 def _runs():
@@ -152,14 +152,13 @@ def test_power_contrast_measured_and_not(package_at, tmp_path, monkeypatch):
 
 # ---- a GPU's counter (the fake NVML): joules per step window, and the note on steps shorter than its updates ----
 
-def test_gpu_step_windows_read_nvml_and_short_steps_give_no_figure(scripted, pretend_gpus, monkeypatch):
-    """NVML's counter advances in steps about 100 ms apart (100 ms measured on an H200): the fake does too. Windows
-    of 20 ms then hold no update or a whole one (an H200's interleaved fp32/bf16 steps once read 0.17x the joules per
-    item at 1.47x the speed), so steps that short give no figure, with the reason; steps of 250 ms read the power."""
+def test_gpu_step_windows_read_nvml_and_short_steps_give_no_figure(scripted, pretend_gpus):
+    """NVML's counter advances in steps (100 ms measured on an H200), and so does the fake's, here every 20 ms at
+    200 W. Each of a window's readings is up to one step stale (an H200's interleaved fp32/bf16 steps of 20 ms once
+    read 0.17x the joules per item at 1.47x the speed), so steps under ten of the GPU's measured periods give no
+    figure, with the reason; steps of 250 ms read the power."""
     pretend_gpus(3)
-    t0, real = time.monotonic(), scripted.nvmlDeviceGetTotalEnergyConsumption
-    monkeypatch.setattr(scripted, "nvmlDeviceGetTotalEnergyConsumption",            # 200 W, updated every 100 ms
-                        lambda handle: real(handle) + int(1000 * 200.0 * 0.1 * ((time.monotonic() - t0) // 0.1)))
+    scripted.gpus[0].watts, scripted.gpus[0].energy_period_s = 200.0, 0.02
 
     def steps(seconds, n=3):
         meter = StepEnergy("cuda:0")
@@ -170,7 +169,8 @@ def test_gpu_step_windows_read_nvml_and_short_steps_give_no_figure(scripted, pre
         return meter.total(skip=1)
 
     short = steps(0.02)
-    assert short.joules is None and "100 ms" in short.reason and "gl.benchmark" in short.reason
+    assert short.joules is None and TOO_SHORT in short.reason and "gl.benchmark" in short.reason
+    assert "measured over" in short.reason and "10 updates" in short.reason
     a, b = _result("fp32", 0.02, short), _result("bf16", 0.01, short)
     text = repr(course.compare_runs([a, b], price_per_hour=2.0))
     assert "not measurable" in text and "nvml-energy-window" in text and "2.00x" in text   # the time still compares

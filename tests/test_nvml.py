@@ -165,3 +165,104 @@ def test_the_fake_carries_pynvmls_own_constants():
         names = [n for n in dir(pynvml) if n.startswith(prefix) and type(getattr(pynvml, n)) is int]
         assert names and all(getattr(fake, n) == getattr(pynvml, n) for n in names), prefix
     assert fake.nvmlMemory_v2 == pynvml.nvmlMemory_v2
+
+
+# ---- which pynvml module: nvidia-ml-py's, not the old standalone package's 32-bit energy counter ---------------------
+OLD_PYNVML = '''"""A stand-in for the standalone pynvml 8.0.4 (pynvml/__init__.py + nvml.py), its energy call as it was published."""
+from ctypes import byref, c_uint
+
+__version__ = "8.0.4"
+
+
+def get_func_pointer(name):
+    return lambda handle, ref: 0            # NVML writes 64 bits; only these 32 are read back
+
+
+def check_return(ret):
+    return ret
+
+
+def nvmlDeviceGetTotalEnergyConsumption(handle):
+    c_mJoules = c_uint()
+    fn = get_func_pointer("nvmlDeviceGetTotalEnergyConsumption")
+    ret = fn(handle, byref(c_mJoules))
+    check_return(ret)
+    return c_mJoules.value
+'''
+
+
+def _old_pynvml(tmp_path, machine=None):
+    """The old standalone package's module (a ``pynvml/`` folder), its NVML calls the fake's except the energy call,
+    which is the old one's source."""
+    import importlib.util
+
+    import fake_nvml
+
+    folder = tmp_path / "pynvml"
+    folder.mkdir()
+    (folder / "__init__.py").write_text(OLD_PYNVML)
+    spec = importlib.util.spec_from_file_location("old_pynvml", folder / "__init__.py")
+    old = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(old)
+    fake = fake_nvml.make_module(machine)
+    for k, v in vars(fake).items():
+        if (k.startswith(("nvml", "NVML", "c_nvml")) or k in ("gpus", "ticks", "calls")) \
+                and k != "nvmlDeviceGetTotalEnergyConsumption":
+            setattr(old, k, v)
+    return old
+
+
+def test_nvidia_ml_pys_module_declares_a_64_bit_counter_and_is_used():
+    import pynvml
+
+    from gpulab.telemetry import _nvml_binding
+
+    nvml._reset()
+    found = _nvml_binding.describe(pynvml)
+    assert _nvml_binding.energy_bits(pynvml) == 64 and found.problem is None
+    assert found.name.startswith("nvidia-ml-py ") and nvml.status().binding == found.name
+    assert nvml.status().energy_problem is None
+
+
+def test_the_old_standalone_pynvml_is_passed_over_for_nvidia_ml_pys_own_file(tmp_path, monkeypatch):
+    """Both packages install a module called pynvml, and the old package's folder shadows nvidia-ml-py's file: gpulab
+    loads nvidia-ml-py's own file instead, and says which it found."""
+    from gpulab.telemetry import _nvml_binding
+
+    old = _old_pynvml(tmp_path)
+    assert _nvml_binding.energy_bits(old) == 32
+    nvml._reset()
+    monkeypatch.setattr(nvml, "_load", lambda: old)
+    st = nvml.status()                    # nvidia-ml-py's module: NVML itself may be missing here (no driver)
+    assert st.binding.startswith("nvidia-ml-py ") and "the standalone pynvml package 8.0.4 shadows" in st.binding
+    assert st.energy_problem is None and nvml._state["lib"] is not old
+    nvml._reset()
+
+
+def test_with_only_the_old_pynvml_its_energy_counter_is_not_read(tmp_path, monkeypatch, pretend_gpus, caplog):
+    """Without nvidia-ml-py the old module is used for everything but its 32-bit energy counter: the query gives
+    None (never its clamped 0 J), status() says why and what to install, and an EnergyMeter integrates power."""
+    from gpulab.telemetry import _nvml_binding, energy
+
+    old = _old_pynvml(tmp_path)
+    nvml._reset()
+    energy._PERIODS.clear()
+    monkeypatch.setattr(nvml, "_load", lambda: old)
+    monkeypatch.setattr(_nvml_binding, "nvidia_ml_py_file", lambda: None)
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    st = nvml.status()
+    assert st.available and st.binding.startswith("the standalone pynvml package 8.0.4")
+    assert "32-bit" in st.energy_problem and "pip install -U nvidia-ml-py" in st.energy_problem
+    h = nvml.query("nvmlDeviceGetHandleByIndex", 0)
+    with caplog.at_level(logging.INFO, logger="gpulab"):
+        assert old.nvmlDeviceGetTotalEnergyConsumption(h) == 0         # what the old module would have given
+        assert nvml.query("nvmlDeviceGetTotalEnergyConsumption", h) is None
+    assert any("32-bit" in r.getMessage() for r in caplog.records)
+    pretend_gpus(3)
+    with energy.EnergyMeter("cuda:0") as meter:
+        import time
+
+        time.sleep(0.2)
+    e = meter.energy
+    assert e.measured and not e.counted and "32-bit" in e.source       # power integrated, and why
+    nvml._reset()

@@ -29,6 +29,7 @@ from .._check import checked, path_arg, whole
 from ..compiling import keep_subnormals
 from .capstone_data import Batches as _Batches, check_pixels, digits_on_disk, features
 from .capstone_data import _grey  # noqa: F401
+from .compile_guard import CompileGuard
 from .digits import Digits
 from .recipe_run import RecipeRun, _quarter_spread  # noqa: F401
 
@@ -54,7 +55,8 @@ class Recipe:
     precision: autocast to "bf16", or "fp16" with a GradScaler; "fp32" is no autocast.
     tf32: fp32 matmuls on TF32 tensor cores (Ampere and newer GPUs).
     optimizer: Adam's "default" implementation (torch picks), "foreach" or "fused".
-    compile: ``torch.compile`` the model (the first epoch pays for compilation; timing skips it).
+    compile: ``torch.compile`` the model (the first epoch pays for compilation; timing skips it). Dynamo is reset
+        for each compiled recipe, and a first step that ran eager (the recompile limit hit) raises RuntimeError.
     cuda_graphs: compile with ``mode="reduce-overhead"``: the forward and backward kernels are recorded once as
         CUDA graphs and replayed with one launch each (a CUDA GPU only; implies ``compile``).
     log_every: read the loss with ``.item()`` every this many steps, as the seed does (a host-device sync).
@@ -203,6 +205,10 @@ class _Trainer:
         if recipe.cuda_graphs and dev.type != "cuda":
             raise ValueError(f"cuda_graphs=True records CUDA graphs: it needs a CUDA GPU, and {dev} is not one: use "
                              "Recipe(cuda_graphs=False)")
+        # each compiled recipe compiles afresh (Dynamo reset), and its first step must have run compiled
+        lever = "cuda_graphs (torch.compile mode='reduce-overhead')" if recipe.cuda_graphs else "compile"
+        self.compile_guard = (CompileGuard(f"Recipe({recipe.describe()}), its {lever} lever")
+                              if recipe.compile or recipe.cuda_graphs else None)
         self.run_model = (torch.compile(self.model, mode="reduce-overhead") if recipe.cuda_graphs
                           else torch.compile(self.model) if recipe.compile else self.model)
         self.scaler = make_scaler(TrainConfig(precision=recipe.precision), dev.type)
@@ -219,6 +225,11 @@ class _Trainer:
         self.steps_done = 0
 
     def step(self, x: Any, y: Any) -> Any:
+        if self.compile_guard is not None and not self.compile_guard.checked:    # compiled, or a RuntimeError
+            return self.compile_guard.first_step(self._step, x, y)
+        return self._step(x, y)
+
+    def _step(self, x: Any, y: Any) -> Any:
         import torch
         import torch.nn.functional as F
 
@@ -360,10 +371,11 @@ def _train(t: _Trainer, data: Digits, epochs: int, run: Any) -> RecipeRun:
                     quarters.append(chunk_seen / (now - tc))
                     tc, chunk_seen = now, 0
             synchronize(dev)
+            elapsed = time.perf_counter() - t0            # before the counter's read, which is not the epoch's
             energies.append(meter.stop())
             if diverged is not None:                      # an unfinished epoch: neither timed nor counted
                 break
-            times.append(time.perf_counter() - t0)
+            times.append(elapsed)
             per_epoch = seen
             if epoch > 0:
                 chunks.append(tuple(quarters))
@@ -391,6 +403,10 @@ def _train(t: _Trainer, data: Digits, epochs: int, run: Any) -> RecipeRun:
     model.zero_grad()
     notes = (_diverged_note(recipe, diverged, losses[-1][1]),) if diverged is not None else ()
     energies = energies[:len(times)]
+    if diverged is None:        # GPU epochs too short for NVML's counter: charged a block of the same steps run alone
+        from .step_energy import charge_short_windows
+
+        energies = list(charge_short_windows(energies, _steps_alone(t)))
     unread = next((e.reason for e in energies if not e.measured), None)
     result = RecipeRun(recipe, str(dev), epochs, per_epoch or data.n_train, tuple(times), tuple(losses), accuracy, peak,
                        float(flops), method, tuple(chunks), notes=notes, diverged_at_step=diverged,
@@ -403,6 +419,29 @@ def _train(t: _Trainer, data: Digits, epochs: int, run: Any) -> RecipeRun:
         if diverged is not None:
             run.log_params({"diverged_at_step": diverged})
     return result
+
+
+def _steps_alone(t: _Trainer) -> Any:
+    """The trained recipe's step, batch after batch and epoch after epoch, at learning rate 0 (the same work; the
+    weights stay as trained): what a block charged to epochs too short for the GPU's energy counter runs."""
+    from ..timing import synchronize
+
+    state: dict[str, Any] = {"it": iter(())}
+
+    def step() -> None:
+        if t.lr_factor is not None or any(g["lr"] for g in t.optimizer.param_groups):
+            t.lr_factor = None
+            for group in t.optimizer.param_groups:
+                group["lr"] = 0.0
+        try:
+            x, y = next(state["it"])
+        except StopIteration:
+            synchronize(t.dev)      # the last epoch's copies are done before its buffers are refilled
+            state["it"] = t.batches.epoch()
+            x, y = next(state["it"])
+        with _tf32(t.recipe, t.dev):
+            t.step(x, y)
+    return step
 
 
 def _accuracy(model: Any, d: Digits, dev: Any, autocast: Any) -> float:

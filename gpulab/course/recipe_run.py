@@ -27,7 +27,8 @@ class RecipeRun:
 
     ``epoch_joules``: each epoch's energy from the device's counter (read after the synchronise that starts the
     epoch and after the one that ends it; ``energy_source`` says which counter), None where it could not be read
-    (``energy_reason`` says why: a missing counter is never a zero)."""
+    (``energy_reason`` says why: a missing counter is never a zero). On a GPU whose epochs are too short for NVML's
+    counter, each epoch is charged the mean power of a block of the same steps run alone (``energy_source`` says so)."""
 
     recipe: Any                                  # the course.Recipe trained
     device: str

@@ -16,20 +16,23 @@ Example:
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Callable, Sequence
 
-from ..telemetry.energy import GPU_COUNTER_PERIOD_S, Energy, EnergyMeter, too_short_for_the_gpu_counter
+from ..telemetry.energy import TOO_SHORT, Energy, EnergyMeter
 
-__all__ = ["StepEnergy", "SHORT_STEP_S", "BLOCK_S", "ALONE", "needs_a_block", "block_energy"]
+__all__ = ["StepEnergy", "BLOCK_S", "ALONE", "EPOCHS_ALONE", "needs_a_block", "block_energy", "charge_short_windows"]
 
-SHORT_STEP_S = GPU_COUNTER_PERIOD_S      # NVML's energy counter advances about every 100 ms
+# Seconds of a step run alone when its GPU windows are too short for NVML's counter: the lessons' short steps and the
+# capstone's short epochs are charged the same block. ML.ENERGY measure GPU energy over windows of at least 5 s
+# (gpulab.published("nvml-energy-window")): shorter ones read scattered and low while the board's power settles.
+BLOCK_S = 5.0
 
 
 class StepEnergy:
     """Energy of ``device`` (a torch device or its name) over many short windows: :meth:`start` / :meth:`stop`
     around each timed step, :meth:`total` for the steps after the first ``skip``. Once the first window gives no
-    figure, later windows read nothing (the reason stays). On a GPU, steps shorter than NVML's counter period
-    (``SHORT_STEP_S``) give no figure, with the reason: their windows cannot resolve the counter's updates."""
+    figure, later windows read nothing (the reason stays). On a GPU, steps shorter than ten periods of NVML's counter
+    (measured on the GPU, about 100 ms each) give no figure, with the reason: their windows cannot resolve its updates."""
 
     def __init__(self, device: Any, rapl_root: str | os.PathLike | None = None) -> None:
         name = str(device)
@@ -66,43 +69,69 @@ class StepEnergy:
         if not kept or missing is not None:
             reason = missing.reason if missing is not None else (self._reason or "no step was timed")
             return Energy(self.device, seconds, None, "", reason or "not read")
-        median = sorted(e.seconds for e in kept)[len(kept) // 2]
-        if self.device.startswith("cuda") and median < SHORT_STEP_S:
-            return Energy(self.device, seconds, None, "", too_short_for_the_gpu_counter("steps"))
         joules = float(sum(e.joules for e in kept))           # type: ignore[misc]
         return Energy(self.device, seconds, joules, kept[0].source, None, all(e.counted for e in kept))
 
 
-ALONE = ("each step run alone on a copy of its model for a block of seconds, its steps being too short for NVML's "
-         "counter, which advances about every 100 ms (gl.published('nvml-energy-window')); lr 0 leaves the runs' "
-         "weights as they were")
+ALONE = (f"each step run alone on a copy of its model for a block of {BLOCK_S:g} s, its steps being too short for "
+         "NVML's counter, which advances about every 100 ms (gl.published('nvml-energy-window')); lr 0 leaves the "
+         "runs' weights as they were")
+EPOCHS_ALONE = (f"each epoch charged the mean power of {BLOCK_S:g} s of the same training steps run back to back after "
+                "training, at lr 0, its epochs being too short for NVML's counter, which advances about every 100 ms "
+                "(gl.published('nvml-energy-window'))")
 
 
-def needs_a_block(energy: Energy, step_s: float) -> bool:
-    """Whether a run's per-step energy was refused only because its GPU steps are shorter than the counter's period:
-    a block of its step run alone then gives the figure.
+def needs_a_block(energy: Energy) -> bool:
+    """Whether a GPU window's energy was refused only because it is too short for NVML's counter
+    (:data:`~gpulab.telemetry.energy.TOO_SHORT`): a block of the same step run alone then gives the figure.
 
     Example:
-        >>> needs_a_block(Energy("cuda:0", 0.4, None, "", too_short_for_the_gpu_counter("steps")), 0.01)
+        >>> from gpulab.telemetry.energy import too_short_for_the_gpu_counter
+        >>> needs_a_block(Energy("cuda:0", 0.4, None, "", too_short_for_the_gpu_counter("steps")))
         True
-        >>> needs_a_block(Energy("cpu", 0.4, None, "", "no RAPL"), 0.01)
+        >>> needs_a_block(Energy("cpu", 0.4, None, "", "no RAPL"))
         False
     """
-    return (energy.joules is None and energy.device.startswith("cuda") and step_s < SHORT_STEP_S
-            and energy.reason in (too_short_for_the_gpu_counter("steps"), too_short_for_the_gpu_counter("windows")))
+    return energy.joules is None and energy.device.startswith("cuda") and TOO_SHORT in (energy.reason or "")
 
 
-def block_energy(step: Any, device: Any, seconds: float = 2.0) -> Energy:
+def block_energy(step: Any, device: Any, seconds: float = BLOCK_S, how: str = ALONE) -> Energy:
     """The energy of ``step`` (a callable) run back to back for ``seconds`` inside one counter window
     (:func:`gpulab.benchmark` with ``energy=True``): a window long enough for NVML's ~100 ms updates, so its mean
-    power is this step's own. ``joules`` covers the whole window; ``watts`` is what a run's steps are charged."""
+    power is this step's own. ``joules`` covers the whole window; ``watts`` is what a run's steps are charged;
+    ``how`` is added to its source."""
     from ..timing import benchmark
 
     m = benchmark(step, device=device, min_run_time=seconds, warmup=1, warn_noisy=False, energy=True)
     e = m.energy
     if e is None or not e.measured:
         return e if e is not None else Energy(str(device), 0.0, None, "", "the benchmark read no energy")
-    return Energy(e.device, e.seconds, e.joules, f"{e.source}; {ALONE}", None, e.counted)
+    return Energy(e.device, e.seconds, e.joules, f"{e.source}; {how}", None, e.counted)
 
 
-BLOCK_S = 2.0           # seconds of a step run alone when its steps are too short for the GPU's counter
+def charge_short_windows(windows: Sequence[Energy], step: Callable[[], Any], *, skip: int = 1,
+                         seconds: float = BLOCK_S, how: str = EPOCHS_ALONE) -> tuple[Energy, ...]:
+    """``windows`` (e.g. a run's epochs), charged at the mean power of ``seconds`` of ``step`` run alone
+    (:func:`block_energy`) where one kept after the first ``skip`` was refused as too short for a GPU's counter: each
+    window's joules are then that power x its own seconds, and its source says so. Otherwise they are returned as they
+    are; where the block gives no figure either, the refused windows keep their reason and say why.
+
+    Example:
+        >>> e = Energy("cpu", 1.0, None, "", "no RAPL")
+        >>> charge_short_windows([e, e], lambda: None) == (e, e)      # nothing refused for its length: as they are
+        True
+    """
+    windows = tuple(windows)
+    refused = [e for e in windows[skip:] or windows if needs_a_block(e)]
+    if not refused:
+        return windows
+    try:
+        block = block_energy(step, refused[0].device, seconds, how)
+    except Exception as ex:      # the step fails when run again: no figure, and both reasons
+        block = Energy(refused[0].device, 0.0, None, "", f"a block of the step alone could not run "
+                                                          f"({type(ex).__name__}: {ex})")
+    if block.watts is None:
+        return tuple(Energy(e.device, e.seconds, None, "", f"{e.reason}; {block.reason}") if needs_a_block(e) else e
+                     for e in windows)
+    return tuple(Energy(e.device, e.seconds, block.watts * e.seconds, block.source, None, block.counted)
+                 for e in windows)

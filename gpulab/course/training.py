@@ -311,15 +311,16 @@ def copied_step(model: Any, optimizer: Any, config: Any, batch: Any, loss_fn: An
 def run_energy(meter: StepEnergy, skip: int, times: Any, model: Any, optimizer: Any, config: Any, batch: Any,
                loss_fn: Any = None, *, interleaved: bool = False) -> Energy:
     """A run's energy: its timed steps' counter windows (after ``skip``), or, on a GPU whose steps are too short for
-    the counter (under its ~100 ms period; under a second when ``interleaved`` with other runs' steps, whose joules a
-    short window mixes in), :data:`BLOCK_S` seconds of the same step run alone on a copy (:func:`copied_step`)."""
+    the counter (under ten of its ~100 ms periods; under a second when ``interleaved`` with other runs' steps, whose
+    joules a short window mixes in), :data:`BLOCK_S` seconds of the same step run alone on a copy
+    (:func:`copied_step`)."""
     e = meter.total(skip=skip)
     kept = sorted(times[skip:] or times)
     if not kept or not e.device.startswith("cuda"):
         return e
     step = kept[len(kept) // 2]
     mixed = interleaved and e.measured and step < GPU_INTERLEAVED_WINDOW_S
-    if not (mixed or needs_a_block(e, step)):
+    if not (mixed or needs_a_block(e)):
         return e
     try:
         return block_energy(copied_step(model, optimizer, config, batch, loss_fn), e.device, BLOCK_S)

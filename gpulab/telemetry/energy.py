@@ -1,7 +1,9 @@
 """Energy over a window of time, from the counter the hardware keeps: a GPU's NVML energy counter (Volta and later),
 the CPU packages' RAPL counters (:mod:`~gpulab.telemetry.rapl`), or, where a GPU has no counter but reports power,
 its power readings integrated (a sampled figure, said so). Where nothing can be read, :class:`Energy` says why and
-holds no number: a missing counter is never a zero.
+holds no number: a missing counter is never a zero. NVML's counter advances in steps (about 100 ms apart): each GPU's
+period is measured after its first window ends (:class:`CounterPeriod`), and a window under ten periods gives no
+figure, with the reason.
 
 Example:
     >>> from gpulab.telemetry.energy import EnergyMeter
@@ -13,16 +15,18 @@ Example:
 from __future__ import annotations
 
 import os
+import statistics
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
-from .._format import fmt_number
+from .._format import fmt_number, fmt_seconds
 from .rapl import RaplMeter, rapl_zones
 
-__all__ = ["Energy", "EnergyMeter", "SAMPLED_POWER", "NOT_MEASURABLE", "POWER_EVERY_S", "GPU_COUNTER_PERIOD_S",
-           "GPU_INTERLEAVED_WINDOW_S", "too_short_for_the_gpu_counter"]
+__all__ = ["Energy", "EnergyMeter", "CounterPeriod", "SAMPLED_POWER", "NOT_MEASURABLE", "POWER_EVERY_S",
+           "GPU_COUNTER_PERIOD_S", "GPU_INTERLEAVED_WINDOW_S", "MIN_WINDOW_PERIODS", "TOO_SHORT",
+           "too_short_for_the_gpu_counter", "measure_counter_period"]
 
 NOT_MEASURABLE = "not measurable here"
 # why integrated power is an estimate (the published figures are gpulab.published("nvml-power-sampling"))
@@ -31,25 +35,103 @@ SAMPLED_POWER = ("NVML's board power is a reading the GPU updates periodically a
                  "runtime is sampled (Yang et al., arXiv 2312.02741), so energy integrated from it can be off where "
                  "the load changes faster than that")
 POWER_EVERY_S = 0.05          # how often the fallback reads power
-# NVML's energy counter advances in steps about 100 ms apart (gpulab.published("nvml-energy-window"); 100 ms
-# measured between updates on an H200, idle and under matmuls): a window much shorter cannot resolve it
+# NVML's energy counter advances in steps (gpulab.published("nvml-energy-window"): about 100 ms; 100 ms measured between
+# updates on an H200, idle and under matmuls). Each GPU's own period is measured at its first window (up to
+# PERIOD_PROBE_S of reads, remembered per GPU for the process); this is the period assumed where it cannot be.
 GPU_COUNTER_PERIOD_S = 0.1
+PERIOD_PROBE_S = 1.0          # the longest a GPU's counter is read to find its period
+# Each of a window's two readings is up to one update stale, so a window of N periods is off by up to 1/N of its joules:
+# windows under 10 periods give no figure
+MIN_WINDOW_PERIODS = 10
 # A window in turn with other work's windows: the first update inside it covers, on average, half a period of the work
 # before it, so its joules mix in about (period / 2) / window of the neighbours': 5% at a second
 GPU_INTERLEAVED_WINDOW_S = 10 * GPU_COUNTER_PERIOD_S
+TOO_SHORT = "too short for NVML's energy counter"     # in every reason a GPU window is refused for its length
 
 
-def too_short_for_the_gpu_counter(what: str = "windows", interleaved: bool = False) -> str:
-    """Why a GPU gives no joules for ``what``: each window shorter than :data:`GPU_COUNTER_PERIOD_S` or, taken in turn
-    with other work's windows (``interleaved``), shorter than :data:`GPU_INTERLEAVED_WINDOW_S`."""
+@dataclass(frozen=True)
+class CounterPeriod:
+    """How often a GPU's NVML energy counter advances: ``seconds`` between updates, measured on the device
+    (``measured``, over ``updates`` spacings) or NVML's usual ~100 ms assumed, with the ``reason`` it could not be
+    measured. Windows under ``min_window_s`` (:data:`MIN_WINDOW_PERIODS` periods) give no joules.
+
+    Example:
+        >>> p = CounterPeriod(0.1, True, 5)
+        >>> p.min_window_s, str(p)
+        (1.0, 'it advances every 100 ms on this GPU (measured over 5 updates)')
+    """
+
+    seconds: float
+    measured: bool
+    updates: int = 0
+    reason: str | None = None
+
+    @property
+    def min_window_s(self) -> float:
+        """The shortest window whose joules are within 1/:data:`MIN_WINDOW_PERIODS` of the truth."""
+        return MIN_WINDOW_PERIODS * self.seconds
+
+    def __str__(self) -> str:
+        every = fmt_seconds(self.seconds)
+        if self.measured:
+            return f"it advances every {every} on this GPU (measured over {self.updates} updates)"
+        return f"it advances about every {every} (assumed: {self.reason})"
+
+
+def measure_counter_period(read_mj: Callable[[], Any], budget_s: float = PERIOD_PROBE_S,
+                           spacings: int = 5) -> CounterPeriod:
+    """The period of an energy counter that ``read_mj`` reads: the median spacing between its changes, read back to
+    back for up to ``budget_s`` seconds (until ``spacings`` spacings are seen). Where fewer than two changes are seen,
+    or a read fails, :data:`GPU_COUNTER_PERIOD_S` is assumed and the reason said.
+
+    Example:
+        >>> p = measure_counter_period(lambda: 1234, budget_s=0.02)     # a counter that never moves
+        >>> p.measured, p.seconds, p.reason
+        (False, 0.1, 'the counter changed 0 times in 0.02 s of reads')
+    """
+    def assumed(reason: str) -> CounterPeriod:
+        return CounterPeriod(GPU_COUNTER_PERIOD_S, False, 0, reason)
+
+    start = time.monotonic()
+    last, changes = read_mj(), []
+    if last is None:
+        return assumed("the counter gave no reading")
+    while time.monotonic() - start < budget_s and len(changes) <= spacings:
+        value = read_mj()
+        if value is None:
+            return assumed("the counter stopped answering while its period was measured")
+        if value != last:
+            changes.append(time.monotonic())
+            last = value
+        time.sleep(0.0005)
+    if len(changes) < 2:
+        return assumed(f"the counter changed {len(changes)} time{'' if len(changes) == 1 else 's'} in "
+                       f"{budget_s:g} s of reads")
+    gaps = [b - a for a, b in zip(changes, changes[1:])]
+    return CounterPeriod(float(statistics.median(gaps)), True, len(gaps))
+
+
+_PERIODS: dict[str, CounterPeriod] = {}          # per GPU (its UUID), for this process
+_PERIODS_LOCK = threading.Lock()
+
+
+def too_short_for_the_gpu_counter(what: str = "windows", interleaved: bool = False,
+                                  period: CounterPeriod | None = None) -> str:
+    """Why a GPU gives no joules for ``what``: each window shorter than :data:`MIN_WINDOW_PERIODS` periods of its
+    counter (``period``, measured on the GPU; NVML's usual ~100 ms when None) or, taken in turn with other work's
+    windows (``interleaved``), shorter than :data:`GPU_INTERLEAVED_WINDOW_S`. Every such reason holds
+    :data:`TOO_SHORT`."""
     if interleaved:
-        return (f"{what} of under a second, taken in turn with others', get no joules of their own from NVML's energy "
-                "counter: it advances about every 100 ms (gpulab.published('nvml-energy-window')), each update "
+        return (f"{what} of under a second, taken in turn with others', are {TOO_SHORT} to give joules of their "
+                "own: it advances about every 100 ms (gpulab.published('nvml-energy-window')), each update "
                 "covering the 100 ms before it, so a short window's joules mix in its neighbours'; read energy over a "
                 "second or more per variant, e.g. gl.benchmark(fn, energy=True)")
-    return (f"{what} shorter than the ~100 ms between updates of NVML's energy counter give no joules of their own "
-            "(gpulab.published('nvml-energy-window')): each window holds no update, or one that also covers its "
-            "neighbours; read energy over a second or more per variant, e.g. gl.benchmark(fn, energy=True)")
+    p = period if period is not None else CounterPeriod(GPU_COUNTER_PERIOD_S, False, 0, "NVML's usual period")
+    least = fmt_seconds(p.min_window_s)
+    return (f"{what} under {least} are {TOO_SHORT}: {p}, and each of a window's two readings can be up to one update "
+            f"stale, so a window needs {MIN_WINDOW_PERIODS} updates ({least}) to be within "
+            f"{100 // MIN_WINDOW_PERIODS}% (gpulab.published('nvml-energy-window')); read energy over {least} or more "
+            "per variant, e.g. gl.benchmark(fn, energy=True)")
 
 
 @dataclass(frozen=True)
@@ -170,6 +252,7 @@ class EnergyMeter:
         self._e0: float | None = None
         self._power: _PowerIntegrator | None = None
         self._found, self._zones, self._counter = False, None, False    # what the device offers, found once
+        self._period: CounterPeriod | None = None
         self.energy: Energy | None = None
 
     def __enter__(self) -> "EnergyMeter":
@@ -229,10 +312,32 @@ class EnergyMeter:
         elif nvml.query("nvmlDeviceGetTotalEnergyConsumption", self._handle) is not None:
             self._counter, self._source = True, "NVML energy counter (the whole board)"
         elif self._read_w() is None:
-            self._reason = ("NVML gives neither an energy counter nor power for this GPU (a MIG slice, a vGPU or a "
+            self._reason = (f"{st.energy_problem}; and NVML gives no power for this GPU" if st.energy_problem else
+                            "NVML gives neither an energy counter nor power for this GPU (a MIG slice, a vGPU or a "
                             "board without the sensor)")
         else:
-            self._source = f"NVML power read every {POWER_EVERY_S:g} s (no energy counter on this GPU)"
+            self._source = (f"NVML power read every {POWER_EVERY_S:g} s ("
+                            + (f"the energy counter is not read: {st.energy_problem})" if st.energy_problem else
+                               "no energy counter on this GPU)"))
+
+    @property
+    def period(self) -> CounterPeriod | None:
+        """How often this GPU's energy counter advances (measured at its first window, then remembered for the
+        process); None before that, and for a device without NVML's counter."""
+        return self._period
+
+    def _counter_period(self) -> CounterPeriod:
+        """This GPU's counter period: measured once per GPU per process, after a window's end (never inside it)."""
+        from . import nvml
+
+        if self._period is None:
+            key = nvml.query("nvmlDeviceGetUUID", self._handle) or self.device
+            with _PERIODS_LOCK:
+                if key not in _PERIODS:
+                    _PERIODS[key] = measure_counter_period(
+                        lambda: nvml.query("nvmlDeviceGetTotalEnergyConsumption", self._handle), PERIOD_PROBE_S)
+                self._period = _PERIODS[key]
+        return self._period
 
     def _read_w(self) -> float | None:
         from . import nvml
@@ -261,9 +366,13 @@ class EnergyMeter:
         """An :class:`Energy` for part of this meter's window (e.g. the blocks of one variant, summed from
         :meth:`read` differences): this meter's source, or its reason where ``joules`` is None."""
         if joules is None:
-            why = self._reason or ("this GPU has no energy counter, and power readings are too coarse for blocks "
-                                   "this short" if self._power is not None else "no counter reading")
+            why = self._reason or (self._rapl.problem if self._rapl is not None else None) or (
+                "this GPU has no energy counter, and power readings are too coarse for blocks this short"
+                if self._power is not None else "no counter reading")
             return Energy(self.device, seconds, None, "", why)
+        if joules <= 0:       # never a measured 0 J
+            return Energy(self.device, seconds, None, "", f"the counter did not advance over {fmt_seconds(seconds)} "
+                                                          "of blocks: a counter that does not count gives no figure")
         return Energy(self.device, seconds, joules, self._source)
 
     def stop(self) -> Energy:
@@ -278,6 +387,13 @@ class EnergyMeter:
                     joules = self._rapl.package_joules()
                 except OSError as e:   # a zone that went away or lost its permission since start()
                     why = f"a RAPL counter could not be read again ({e})"
+                else:
+                    if joules is None:
+                        why = self._rapl.problem
+                    elif not self._rapl.advanced:     # never a measured 0 J
+                        joules, why = None, (f"the RAPL package counters did not advance in {fmt_seconds(seconds)} "
+                                             "(they update about every millisecond): a counter that does not count "
+                                             "gives no figure")
             elif self._power is not None:
                 joules, counted = self._power.stop(), False
                 if joules is None:
@@ -289,8 +405,11 @@ class EnergyMeter:
                 joules = None if mj is None else max(0.0, float(mj) / 1000.0 - self._e0)
                 if joules is None:
                     why = "NVML's energy counter stopped answering"
-                elif seconds < GPU_COUNTER_PERIOD_S:     # no update, or one that covers time outside the window
-                    joules, why = None, too_short_for_the_gpu_counter("windows")
+                elif seconds < self._counter_period().min_window_s:     # off by up to one update in either reading
+                    joules, why = None, too_short_for_the_gpu_counter("windows", period=self._period)
+                elif joules == 0:     # ten updates or more and not one joule: a counter that does not count
+                    joules, why = None, (f"NVML's energy counter did not advance in {fmt_seconds(seconds)} "
+                                         f"({self._period}): a counter that does not count gives no figure")
         self.energy = Energy(self.device, seconds, joules, self._source if joules is not None else "",
                              None if joules is not None else why, counted)
         return self.energy

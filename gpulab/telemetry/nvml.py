@@ -3,7 +3,9 @@
 Every call goes through :func:`query`, which initialises NVML lazily under a lock, turns
 "not supported" / "no permission" / "function not found" into ``None`` (logged once per function),
 and shuts NVML down at interpreter exit. With no NVML library (no NVIDIA driver) :func:`status`
-says so and every query returns ``None``: a missing metric is data, not an exception.
+says so and every query returns ``None``: a missing metric is data, not an exception. Where the old
+standalone ``pynvml`` package shadows nvidia-ml-py's module (its energy counter declared 32-bit), nvidia-ml-py's
+own file is loaded; without it, that counter is not read. :func:`status` says which module was found.
 
 Which GPUs a CUDA process sees, in which order, is :func:`device_order`: NVML lists physical GPUs in
 PCI order and ignores ``CUDA_VISIBLE_DEVICES``; CUDA honours the variable, orders GPUs fastest-first
@@ -19,13 +21,17 @@ Example:
 from __future__ import annotations
 
 import atexit
+import importlib.util
 import logging
 import os
 import sys
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import ModuleType
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Callable, Mapping
+
+from . import _nvml_binding
+from ._nvml_types import DeviceOrder, MemoryInfo, NVMLDevice
 
 __all__ = ["NVMLStatus", "NVMLDevice", "MemoryInfo", "DeviceOrder", "status", "devices", "mig_devices",
            "device_handle", "memory_info", "query", "handle_by_uuid", "shutdown", "visible_devices", "device_order",
@@ -34,7 +40,7 @@ __all__ = ["NVMLStatus", "NVMLDevice", "MemoryInfo", "DeviceOrder", "status", "d
 log = logging.getLogger("gpulab")
 
 _lock = threading.RLock()
-_state: dict[str, Any] = {"lib": None, "initialised": False, "error": None, "tried": False}
+_state: dict[str, Any] = {"lib": None, "initialised": False, "error": None, "tried": False, "binding": None}
 _warned: set[str] = set()
 _unavailable: set[str] = set()   # calls this driver lacks (v2 memory, TemperatureV): asked once, then skipped
 _before_shutdown: list[Callable[[], None]] = []  # e.g. stop running samplers before NVML goes away
@@ -48,13 +54,16 @@ _MEMORY_V2 = 0x02000028  # nvmlMemory_v2: sizeof(nvmlMemory_v2_t) | 2 << 24
 
 @dataclass(frozen=True)
 class NVMLStatus:
-    """Whether NVML could be initialised, and the driver it talks to."""
+    """Whether NVML could be initialised, the driver it talks to, and the ``pynvml`` module it is read through
+    (``binding``; ``energy_problem``: why its energy counter is not read, e.g. the old standalone pynvml's 32 bits)."""
 
     available: bool
     error: str | None = None              # why not, e.g. "NVML Shared Library Not Found"
     driver_version: str | None = None     # e.g. "550.54.15"
     cuda_driver_version: int | None = None  # highest CUDA the driver supports, e.g. 12040 for 12.4
     device_count: int = 0
+    binding: str | None = None            # e.g. "nvidia-ml-py 13.615.71"
+    energy_problem: str | None = None
 
     @property
     def cuda_driver(self) -> tuple[int, int] | None:
@@ -63,69 +72,32 @@ class NVMLStatus:
         return None if v is None else (v // 1000, (v % 1000) // 10)
 
 
-@dataclass(frozen=True)
-class NVMLDevice:
-    """Static facts about one GPU or MIG slice.
-
-    ``index`` is NVML's index of the physical GPU (PCI order, blind to ``CUDA_VISIBLE_DEVICES``). A MIG
-    slice has ``parent_uuid`` (its card's ``GPU-…`` UUID), ``mig_index`` (its slot on the card) and its own
-    ``MIG-…`` UUID, name and memory.
-    """
-
-    index: int
-    name: str
-    uuid: str
-    memory_total_bytes: int | None
-    compute_capability: tuple[int, int] | None
-    pci_bus_id: str | None = None
-    mig_enabled: bool | None = None
-    parent_uuid: str | None = None
-    mig_index: int | None = None
-
-    @property
-    def is_mig(self) -> bool:
-        """True for a MIG slice (a ``MIG-…`` device), False for a whole GPU."""
-        return self.parent_uuid is not None
-
-
-@dataclass(frozen=True)
-class MemoryInfo:
-    """Device memory as NVML reports it, copied at one moment.
-
-    With the v2 query (drivers since R510) ``used_bytes`` is what processes allocated, which is what
-    ``nvidia-smi`` shows as used, and ``reserved_bytes`` is what the driver and firmware keep. The v1 query
-    folds the reserve into ``used_bytes``; then ``reserved_bytes`` is None and ``note`` says so.
-    """
-
-    total_bytes: int
-    free_bytes: int
-    used_bytes: int
-    reserved_bytes: int | None
-    version: Literal[1, 2]
-    note: str = ""
-
-
-@dataclass(frozen=True)
-class DeviceOrder:
-    """The GPUs a CUDA process sees, in CUDA's order, and how sure that mapping is.
-
-    ``source`` says how the order was found: ``"torch"`` (UUIDs of the devices torch initialised: exact),
-    ``"env"`` (``CUDA_VISIBLE_DEVICES`` parsed like CUDA does) or ``"nvml"`` (NVML's PCI order). ``ambiguous``
-    is True when CUDA's fastest-first order could differ from PCI order (different GPU models and no
-    ``CUDA_DEVICE_ORDER=PCI_BUS_ID``) or when several MIG slices could be meant; ``notes`` say why and what to set.
-    """
-
-    devices: tuple[NVMLDevice, ...]
-    source: Literal["torch", "env", "nvml"]
-    ambiguous: bool = False
-    notes: tuple[str, ...] = ()
-
-
 def _load() -> ModuleType:
-    """Import nvidia-ml-py's ``pynvml`` module (replaced by a fake in tests)."""
-    import pynvml  # nvidia-ml-py
+    """Import the ``pynvml`` module (replaced by a fake in tests): nvidia-ml-py's, or the old standalone package's
+    that shadows it (then :func:`_prefer` loads nvidia-ml-py's own file)."""
+    import pynvml
 
     return pynvml
+
+
+def _prefer(lib: ModuleType) -> ModuleType:
+    """``lib``, or nvidia-ml-py's own ``pynvml.py`` where ``lib`` declares a 32-bit energy counter and nvidia-ml-py is
+    installed beside it; which module was found, and how, is kept for :func:`status`."""
+    _state["binding"] = found = _nvml_binding.describe(lib)
+    path = _nvml_binding.nvidia_ml_py_file() if found.problem else None
+    spec = importlib.util.spec_from_file_location("gpulab_nvidia_ml_py", path) if path else None
+    if spec is None or spec.loader is None:
+        return lib
+    mod = sys.modules[spec.name] = importlib.util.module_from_spec(spec)      # it looks itself up there
+    try:
+        spec.loader.exec_module(mod)
+    except Exception:          # a broken install: the old module, its energy counter left unread
+        sys.modules.pop(spec.name, None)
+        return lib
+    chosen = _nvml_binding.describe(mod)
+    if chosen.problem is None:
+        _state["binding"], lib = replace(chosen, note=f"its own file: {found.name} shadows its pynvml module"), mod
+    return lib
 
 
 def _text(v: Any) -> Any:
@@ -141,7 +113,7 @@ def _ensure() -> ModuleType | None:
             return None
         _state["tried"] = True
         try:
-            lib = _load()
+            lib = _prefer(_load())
             lib.nvmlInit()
         except ImportError as e:
             _state["error"] = f"nvidia-ml-py is not installed ({e})"
@@ -162,6 +134,9 @@ def _call(fn_name: str, *args: Any, **kwargs: Any) -> tuple[Any, int | None]:
     fn: Callable[..., Any] | None = getattr(lib, fn_name, None)
     if fn is None:
         return None, FUNCTION_NOT_FOUND
+    if fn_name == _nvml_binding.ENERGY and _state["binding"] is not None and _state["binding"].problem:
+        _once(fn_name, f"not read: {_state['binding'].problem}")     # a 32-bit counter: never a wrong figure
+        return None, -1
     try:
         return _text(fn(*args, **kwargs)), None
     except Exception as e:
@@ -217,15 +192,12 @@ def first_answer(calls: tuple[tuple[str, tuple[Any, ...], dict[str, Any]], ...])
 
 def status() -> NVMLStatus:
     """Initialise NVML if needed and report whether it works, with driver versions."""
-    lib = _ensure()
+    lib, b = _ensure(), _state["binding"]
+    found = {"binding": None if b is None else str(b), "energy_problem": None if b is None else b.problem}
     if lib is None:
-        return NVMLStatus(available=False, error=_state["error"])
-    return NVMLStatus(
-        available=True,
-        driver_version=query("nvmlSystemGetDriverVersion"),
-        cuda_driver_version=query("nvmlSystemGetCudaDriverVersion"),
-        device_count=query("nvmlDeviceGetCount", default=0),
-    )
+        return NVMLStatus(available=False, error=_state["error"], **found)
+    return NVMLStatus(True, None, query("nvmlSystemGetDriverVersion"), query("nvmlSystemGetCudaDriverVersion"),
+                      query("nvmlDeviceGetCount", default=0), **found)
 
 
 def memory_info(handle: Any) -> MemoryInfo | None:
@@ -262,29 +234,18 @@ def temperature_c(handle: Any) -> float | None:
 
 
 def _device(i: int, h: Any) -> NVMLDevice:
-    mem = memory_info(h)
-    cc = query("nvmlDeviceGetCudaComputeCapability", h)
-    pci = query("nvmlDeviceGetPciInfo", h)
-    mig = query("nvmlDeviceGetMigMode", h)
-    return NVMLDevice(
-        index=i,
-        name=query("nvmlDeviceGetName", h) or f"GPU {i}",
-        uuid=query("nvmlDeviceGetUUID", h) or "",
-        memory_total_bytes=mem.total_bytes if mem is not None else None,
-        compute_capability=tuple(cc) if cc is not None else None,
-        pci_bus_id=_text(getattr(pci, "busId", None)) if pci is not None else None,
-        mig_enabled=bool(mig[0]) if mig is not None else None,
-    )
+    mem, cc = memory_info(h), query("nvmlDeviceGetCudaComputeCapability", h)
+    pci, mig = query("nvmlDeviceGetPciInfo", h), query("nvmlDeviceGetMigMode", h)
+    return NVMLDevice(i, query("nvmlDeviceGetName", h) or f"GPU {i}", query("nvmlDeviceGetUUID", h) or "",
+                      mem.total_bytes if mem is not None else None, tuple(cc) if cc is not None else None,
+                      _text(getattr(pci, "busId", None)) if pci is not None else None,
+                      bool(mig[0]) if mig is not None else None)
 
 
 def devices() -> list[NVMLDevice]:
     """Every physical GPU NVML sees, in NVML's (PCI) order; an empty list without NVML."""
-    out: list[NVMLDevice] = []
-    for i in range(status().device_count):
-        h = query("nvmlDeviceGetHandleByIndex", i)
-        if h is not None:
-            out.append(_device(i, h))
-    return out
+    return [_device(i, h) for i in range(status().device_count) for h in [query("nvmlDeviceGetHandleByIndex", i)]
+            if h is not None]
 
 
 def mig_devices(gpu: NVMLDevice) -> list[NVMLDevice]:
@@ -466,7 +427,7 @@ def shutdown() -> None:
                 _state["lib"].nvmlShutdown()
             except Exception:  # pragma: no cover - best effort at exit
                 pass
-        _state.update(lib=None, initialised=False, tried=False, error=None)
+        _state.update(lib=None, initialised=False, tried=False, error=None, binding=None)
 
 
 def _reset() -> None:

@@ -143,6 +143,7 @@ class TraceSummary(TableView):
     title: str = "Telemetry summary"
     items: float | None = None     # what the run processed (samples, tokens), given to Trace.summary(items=)
     price: Any = None              # a gpulab.cost.Price, given to Trace.summary(price_per_hour=)
+    gpus: int = 1                  # GPUs the run used, given to Trace.summary(gpus=): a GPU-hour price paid per GPU
 
     @property
     def cost_per_million_items(self) -> float | None:
@@ -151,7 +152,7 @@ class TraceSummary(TableView):
             return None
         from ..cost import cost_per_million
 
-        return cost_per_million(self.price.usd_per_hour, self.items / self.duration_s)
+        return cost_per_million(self.price.usd_per_hour, self.items / self.duration_s, self.gpus)
 
     def device(self, name: str) -> DeviceSummary:
         """The row of device ``name`` (``"host"``, ``"gpu0"``, ...)."""
@@ -277,21 +278,22 @@ class Trace:
         return phase_energy(self)
 
     # ---- views -------------------------------------------------------------------------------
-    def summary(self, items: float | None = None, price_per_hour: Any = None) -> TraceSummary:
+    def summary(self, items: float | None = None, price_per_hour: Any = None, gpus: int = 1) -> TraceSummary:
         """Per device: mean and p95 utilisation, peak memory, energy (J) and time throttled (s), as a
         :class:`TraceSummary` (``.to_dataframe()`` for pandas). ``items`` (what the run processed: samples, tokens)
         adds joules per item; ``price_per_hour`` (USD per hour, or a key of :func:`gpulab.cost.prices`) the cost per
-        million items over the run's duration."""
+        million items over the run's duration, a published price per GPU-hour paid for each of ``gpus`` GPUs."""
         import numpy as np
 
         price = None
         if items is not None and (isinstance(items, bool) or not isinstance(items, numbers.Real) or not items > 0
                                   or items == float("inf")):
             raise ValueError(f"items must be the number of items the run processed (> 0), got {items!r}")
-        if price_per_hour is not None:
-            from ..cost import hourly_price
+        from ..cost import gpus_arg, hourly_price
 
+        if price_per_hour is not None:
             price = hourly_price(price_per_hour)
+        gpus = gpus_arg(gpus, price)
 
         rows = []
         for dev in self.devices:
@@ -331,7 +333,7 @@ class Trace:
             if r["energy_j"] is not None and items:
                 r["energy_per_item_j"] = r["energy_j"] / items
             rows.append(DeviceSummary(dev, len(f), **r))
-        return TraceSummary(tuple(rows), self.interval_s, self.duration_s, items=items, price=price)
+        return TraceSummary(tuple(rows), self.interval_s, self.duration_s, items=items, price=price, gpus=gpus)
 
     def diagnose(self) -> Any:
         """A verdict with its evidence (see :mod:`gpulab.telemetry.diagnose`)."""

@@ -49,7 +49,8 @@ def energy_of(f: Any) -> tuple[float | None, str | None]:
 
 def energy_between(f: Any, start: float, end: float, slack_s: float = 0.0) -> float | None:
     """Joules a device used from ``start`` to ``end`` (seconds since the trace began), or None when the span is not
-    inside the sampled time or the device has no energy figure. A start up to ``slack_s`` before the first sample (a
+    inside the sampled time, holds no reading of its own (a phase between two samples), or the device has no energy
+    figure. A start up to ``slack_s`` before the first sample (a
     phase begun as the Monitor started, before its thread's first reading) is read from that sample, and an end up to
     ``slack_s`` after the last (a phase ended as the Monitor stopped) up to that one."""
     import numpy as np
@@ -65,6 +66,8 @@ def energy_between(f: Any, start: float, end: float, slack_s: float = 0.0) -> fl
     if t[-1] < end <= t[-1] + slack_s:
         end = float(t[-1])
     if start < t[0] or end > t[-1] or end < start:
+        return None
+    if not ((t >= start) & (t <= end)).any():      # no reading inside: its joules would be an assumption, not a figure
         return None
     if kind == COUNTER:
         return float(np.interp(end, t, v) - np.interp(start, t, v))
@@ -155,6 +158,8 @@ def energy_notes(s: Any) -> list[str]:
         notes.append(f"per item: over {fmt_number(s.items)} items")
     cost = s.cost_per_million_items
     if cost is not None:
-        notes.append(f"cost ${cost:.3g} per million items = {s.price} x {s.duration_s:.1f} s for "
+        from ..cost import price_note
+
+        notes.append(f"cost ${cost:.3g} per million items = {price_note(s.price, s.gpus)} x {s.duration_s:.1f} s for "
                      f"{fmt_number(s.items)} items")
     return notes
