@@ -35,7 +35,8 @@ class Work:
     """The work of one call: ``ops`` operators, ``flops`` (matmuls, convolutions, attention; elementwise ops
     count 0, as in ``torch.utils.flop_counter``), ``bytes_moved`` (each operator's tensor inputs read and
     outputs written once; views move nothing), ``syncs`` (host reads of a tensor's value) and, per operator,
-    ``(dtype, flops, bytes)`` for the roofline sum."""
+    ``(dtype, flops, bytes)`` for the roofline sum. Gathers (``X[idx]``, ``index_select``, ``embedding``) count the
+    rows they read, scatters the rows they write, never the whole table."""
 
     ops: int
     flops: int
@@ -92,6 +93,60 @@ def _nbytes(x: Any, torch: Any) -> int:
     return 0
 
 
+# Operators that touch only part of a tensor they are given: the bytes are what the hardware reads and writes
+# (the gathered or scattered rows, the indices), never the whole source or destination.
+_GATHERS = ("index", "index_select", "embedding", "gather", "take", "take_along_dim", "_embedding_bag",
+            "embedding_bag")
+_SCATTERS_INPLACE = ("index_put_", "_index_put_impl_", "scatter_", "scatter_add_", "scatter_reduce_", "index_add_",
+                     "index_copy_", "index_reduce_")
+_SCATTERS = ("index_put", "scatter", "scatter_add", "scatter_reduce", "index_add", "index_copy", "index_reduce")
+_ACCUMULATE = ("scatter_add_", "scatter_reduce_", "index_add_", "index_reduce_", "scatter_add", "scatter_reduce",
+               "index_add", "index_reduce")
+_WRITE_ONLY = ("fill_", "zero_", "normal_", "uniform_", "random_", "bernoulli_", "exponential_")
+
+
+def _indices(args: Any, kwargs: Any, torch: Any) -> int:
+    """Bytes of the integer tensors among the arguments (the indices an indexing operator reads)."""
+    def ints(x: Any) -> int:
+        if isinstance(x, torch.Tensor):
+            return _nbytes(x, torch) if not (x.is_floating_point() or x.is_complex()) and x.dtype != torch.bool else 0
+        if isinstance(x, (list, tuple)):
+            return sum(ints(v) for v in x)
+        return 0
+    return ints(list(args)) + ints(list(kwargs.values()))
+
+
+def _op_bytes(name: str, args: Any, kwargs: Any, out: Any, torch: Any) -> int:
+    """Bytes one operator moves as the hardware moves them: its tensor inputs read and outputs written once, except
+    where it touches only part of a tensor it is given (gathers read the rows they return, scatters write the rows
+    they are given, ``copy_`` and ``fill_`` do not read the tensor they overwrite)."""
+    if name in _GATHERS:                                   # read the gathered rows and the indices, write them out
+        return 2 * _nbytes(out, torch) + _indices(args, kwargs, torch)
+    if name in _SCATTERS_INPLACE or name in _SCATTERS:
+        dest = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        values = [a for a in list(args[1:]) + list(kwargs.values()) if isinstance(a, torch.Tensor)
+                  and a.is_floating_point()]
+        if isinstance(args[1:2] and args[1], (list, tuple)):           # index_put's list of index tensors
+            values = [a for a in list(args[2:]) if isinstance(a, torch.Tensor) and a.is_floating_point()]
+        touched = _nbytes(values, torch) if values else 0
+        if not values and dest is not None:                # a scalar value (scatter_(dim, index, 2.0)): one per index
+            index = next((a for a in args[1:] if isinstance(a, torch.Tensor)), None)
+            touched = 0 if index is None else index.numel() * dest.element_size()
+        moved = touched * (3 if name in _ACCUMULATE else 2) + _indices(args[1:], kwargs, torch)
+        if name in _SCATTERS and dest is not None:         # out of place: the destination is copied first
+            moved += 2 * _nbytes(dest, torch)
+        return moved
+    if name == "index_fill_" and args and isinstance(args[0], torch.Tensor) and len(args) > 2:
+        dest, dim, index = args[0], args[1], args[2]
+        rows = dest.numel() // max(1, dest.shape[dim]) * index.numel() if dest.dim() else 1
+        return rows * dest.element_size() + _nbytes(index, torch)
+    if name == "copy_" and len(args) >= 2:                  # read the source, write the destination
+        return _nbytes(args[1], torch) + _nbytes(out, torch)
+    if name in _WRITE_ONLY:                                # written, not read
+        return _nbytes(out, torch)
+    return _nbytes(list(args), torch) + _nbytes(list(kwargs.values()), torch) + _nbytes(out, torch)
+
+
 def _dtype_of(out: Any, torch: Any) -> str:
     if isinstance(out, torch.Tensor):
         return str(out.dtype).removeprefix("torch.")
@@ -144,7 +199,7 @@ def _count(fn: Callable[..., Any], args: Any, kwargs: Any, created: list[Any] | 
             dtype = _dtype_of(out, torch)
             if flops:
                 by_dtype[dtype] = by_dtype.get(dtype, 0) + flops
-            nbytes = _nbytes(list(args), torch) + _nbytes(list(kwargs.values()), torch) + _nbytes(out, torch)
+            nbytes = _op_bytes(name, args, kwargs, out, torch)
             per_op.append((dtype, flops, nbytes))
             names.append(name)
             return out

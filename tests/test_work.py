@@ -49,3 +49,52 @@ def test_the_call_really_runs():
     assert box == [1]
     with pytest.raises(TypeError, match="callable"):
         count_work(3)
+
+
+# ---- bytes as the hardware moves them: gathers and scatters touch rows, not tables ----------------------------------
+def _bytes(fn):
+    from gpulab.work import count_work
+
+    w = count_work(fn)
+    return dict(zip(w.op_names, (b for *_, b in w.per_op)))
+
+
+def test_a_gather_from_a_large_table_counts_the_rows_it_reads_not_the_table():
+    X = torch.randn(50_000, 256)                                    # 51 MB
+    idx = torch.randint(0, 50_000, (4,))
+    rows = 4 * 256 * 4                                              # the 4 rows gathered, fp32
+    assert _bytes(lambda: X[idx])["index"] == 2 * rows + 4 * 8      # read the rows and the indices, write the rows
+    assert _bytes(lambda: X.index_select(0, idx))["index_select"] == 2 * rows + 4 * 8
+    assert _bytes(lambda: torch.take(X, idx))["take"] == 2 * 4 * 4 + 4 * 8
+    index = torch.zeros(4, 256, dtype=torch.long)
+    assert _bytes(lambda: torch.gather(X, 0, index))["gather"] == 2 * rows + 4 * 256 * 8
+
+
+def test_an_embedding_counts_its_looked_up_rows_not_the_token_table():
+    table = torch.nn.Embedding(50_000, 256)                         # a GPT-sized vocabulary: 51 MB
+    tokens = torch.randint(0, 50_000, (8, 16))
+    out = 8 * 16 * 256 * 4
+    assert _bytes(lambda: table(tokens))["embedding"] == 2 * out + 8 * 16 * 8
+
+
+def test_scatters_count_the_rows_they_write_and_read_back():
+    dest = torch.zeros(1000, 64)
+    src, i = torch.ones(10, 64), torch.arange(10)
+    rows = 10 * 64 * 4
+    assert _bytes(lambda: dest.index_put_((i,), src))["index_put_"] == 2 * rows + 10 * 8        # read src, write rows
+    assert _bytes(lambda: dest.index_add_(0, i, src))["index_add_"] == 3 * rows + 10 * 8        # and read them back
+    assert _bytes(lambda: dest.index_fill_(0, i, 1.0))["index_fill_"] == rows + 10 * 8
+    assert _bytes(lambda: dest.index_add(0, i, src))["index_add"] == 3 * rows + 10 * 8 + 2 * 1000 * 64 * 4  # + copy
+    scatter_index = torch.arange(10).view(10, 1).expand(10, 64)
+    assert _bytes(lambda: dest.scatter_(0, scatter_index, 2.0))["scatter_"] == 2 * rows + 10 * 64 * 8
+
+
+def test_copies_fills_views_and_elementwise_ops_by_hand():
+    a, b = torch.ones(1000, 64), torch.ones(1000, 64)
+    full = 1000 * 64 * 4
+    assert _bytes(lambda: a.copy_(b))["copy_"] == 2 * full          # read the source, write the destination
+    assert _bytes(lambda: a.zero_())["zero_"] == full               # written, never read
+    assert _bytes(lambda: a.add_(b))["add_"] == 3 * full            # read both, write one
+    assert _bytes(lambda: a[:10].clone())["clone"] == 2 * 10 * 64 * 4   # a slice's copy moves the slice
+    assert "expand" not in _bytes(lambda: a[:1].expand(1000, 64))   # a view moves nothing
+    assert _bytes(lambda: a.sum())["sum"] == full + 4               # a reduction reads all, writes one

@@ -45,6 +45,7 @@ class StepRoofline:
     notes: tuple[str, ...] = ()
     dram_bandwidth: float | None = None
     cached_share: float = 0.0
+    count_unreliable: str | None = None   # why the byte count cannot be right (a rate above its ceiling), or None
 
     @property
     def achieved_flops_per_s(self) -> float:
@@ -80,10 +81,16 @@ class StepRoofline:
                 f"bytes in operators that fit a cache; main memory {fmt_rate(self.dram_bandwidth)})")
 
     @property
+    def memory_text(self) -> str:
+        """The bandwidth the count gives and its share, or why the count cannot be used."""
+        if self.count_unreliable:
+            return f"{fmt_rate(self.achieved_bytes_per_s)} counted, above {self._memory_ceiling}: count unreliable"
+        return f"{fmt_rate(self.achieved_bytes_per_s)} = {self.memory_share:.0%} of {self._memory_ceiling}"
+
+    @property
     def evidence(self) -> str:
         return (f"{fmt_rate(self.achieved_flops_per_s, 'FLOP/s')} = {self.compute_share:.0%} of the measured "
-                f"{self.dtype} ceiling ({fmt_rate(self.flops_ceiling, 'FLOP/s')}); "
-                f"{fmt_rate(self.achieved_bytes_per_s)} = {self.memory_share:.0%} of {self._memory_ceiling}; "
+                f"{self.dtype} ceiling ({fmt_rate(self.flops_ceiling, 'FLOP/s')}); {self.memory_text}; "
                 f"the operators need {fmt_seconds(self.ideal_compute_s + self.ideal_memory_s)} at the ceilings, "
                 f"the step took {fmt_seconds(self.step_s)} ({self.efficiency:.0%})")
 
@@ -94,6 +101,7 @@ class StepRoofline:
         return [("compute", fmt_rate(self.achieved_flops_per_s, "FLOP/s"),
                  f"{self.compute_share:.0%} of {fmt_rate(self.flops_ceiling, 'FLOP/s')} ({self.dtype})"),
                 ("memory", fmt_rate(self.achieved_bytes_per_s),
+                 "count unreliable: above the ceiling" if self.count_unreliable else
                  f"{self.memory_share:.0%} of {fmt_rate(self.bandwidth)}{cached}"),
                 ("time at the ceilings", fmt_seconds(self.ideal_compute_s + self.ideal_memory_s),
                  f"{self.efficiency:.0%} of the {fmt_seconds(self.step_s)} step")]
@@ -143,17 +151,20 @@ def step_roofline(work: Any, limits: Any, step_s: float) -> StepRoofline | None:
     at_bw = sum(b / bw for b, bw in moved)
     bw = sum(b for b, _ in moved) / at_bw if at_bw > 0 else dram
     cached = sum(b for b, r in moved if r > dram) / max(1, sum(b for b, _ in moved))
-    if work.bytes_moved / step_s > bw:
-        notes.append(f"the step moved {fmt_rate(work.bytes_moved / step_s)}, above its memory ceiling "
-                     f"({fmt_rate(bw)}, copies measured at its operators' working sets): its data stayed closer "
-                     "to the cores than the copies'")
+    unreliable = None
+    if work.bytes_moved / step_s > bw:         # no step outruns the copies of its own working sets: the count is off
+        unreliable = (f"the byte count gives {fmt_rate(work.bytes_moved / step_s)}, above the memory ceiling of the "
+                      f"step's working sets ({fmt_rate(bw)}): some operator is counted as moving more than the "
+                      "hardware moves, so no memory share is claimed and the verdict rests on the step's times")
+        notes.append(unreliable)
 
     def peak_of(d: str) -> float | None:
         return max(limits.peak_flops(d), peak if d == dtype else 0.0) if limits.has(d) else None
 
     compute, memory = work.ideal_s(peak_of, bw_of)
     return StepRoofline(step_s, dtype, work.flops, work.bytes_moved, peak, bw, compute, memory, tuple(notes),
-                        dram_bandwidth=dram if getattr(limits, "cache_copy", ()) else None, cached_share=cached)
+                        dram_bandwidth=dram if getattr(limits, "cache_copy", ()) else None, cached_share=cached,
+                        count_unreliable=unreliable)
 
 
 def thread_gain(s: Any, roof: StepRoofline | None, share: float) -> tuple[float, str] | None:

@@ -46,6 +46,7 @@ HOST_GAP_SHARE = 0.5   # on a CPU, this share of the step outside any operator: 
 IN_OPS_SHARE = 0.5     # the step's (non-data) time inside long operators (busy device): they set the pace
 OVERHEAD_SHARE = 0.2   # ... and this share outside them is overhead worth naming beside the main verdict
 SLOW_COMPUTE_SHARE = 0.25  # long operators on the compute side this far below the ceiling: too small to fill it
+MIN_BOUND_SHARE = 0.1  # a part below this share of its ceiling is never called bound by that ceiling
 PRECISION_SHARE = 0.4  # ... and at this share of the fp32 ceiling or more, a faster 16-bit ceiling is the lever
 OPTIMIZER_SHARE = 0.4  # the optimizer's range takes this share of the step and more than any other phase
 OPTIMIZER_NOTE_SHARE = 0.2  # ... or this much beside another verdict: worth a finding of its own
@@ -98,14 +99,24 @@ def _overhead_cause(s: Any, roof: StepRoofline | None) -> tuple[str, str]:
         gain = f": busy {busy:.0%} of the step, up to {1 / busy:.1f}x if it never waited" if busy else ""
         return (f"the device waits for the host between kernels{gain} (CUDA graphs or torch.compile's "
                 "reduce-overhead mode to launch the step at once; independent work on a second CUDA stream)"), ev
-    gap = max(0.0, 1 - (s.op_time_s + s.phases_s.get("data", 0.0)) / s.total_s) if s.total_s > 0 else 0.0
-    ev = (f"{n:.0f} operator calls per step, median {fmt_seconds(med)}; {gap:.0%} of the step outside any operator "
-          "and the data phase")
-    if gap >= HOST_GAP_SHARE:
-        return "Python between the operators (per-step logic, logging, a loop over items) takes most of the step", ev
-    if med is not None and med < TINY_OP_S and n >= MANY_OPS_PER_STEP / 10:
-        return "the operators are too small: each one's fixed cost outweighs its work (batch too small)", ev
-    return "the operators run far below the ceilings", ev
+    from .overhead import overhead_parts
+
+    parts = overhead_parts(s)           # against this machine's measured per-call floor, largest first
+    if not parts:
+        return "the operators run far below the ceilings", f"{n:.0f} operator calls per step, median {fmt_seconds(med)}"
+    ev = "; ".join(f"{p.name}: {p.evidence}, {p.share:.0%} of the step (up to {p.gain:.1f}x if it cost nothing)"
+                   for p in parts)
+    return f"{parts[0].name} takes the largest share ({parts[0].share:.0%})", ev
+
+
+def _overhead_fix(s: Any) -> str:
+    """The overhead-bound advice, the fix of the largest part first (CPU steps); the generic advice on a GPU."""
+    if s.device.kernels:
+        return _FIX["overhead-bound"]
+    from .overhead import overhead_parts
+
+    fixes = list(dict.fromkeys(p.fix for p in overhead_parts(s)))
+    return "; then ".join(fixes) if fixes else _FIX["overhead-bound"]
 
 
 _FIX = {
@@ -174,7 +185,7 @@ def _dominant_part(s: Any, f: list[Any], gpu: bool, decide: bool, roof: StepRoof
         what, ev = _overhead_cause(s, None)
         f.append(Finding("warning", "overhead-bound", f"{outside:.0%} of the step runs outside any operator: Python "
                          "between the operators (per-step logic, logging, the autograd engine's own work)",
-                         f"{ev}; {att.summary()}{at_roof}", _FIX["overhead-bound"]))
+                         f"{ev}; {att.summary()}{at_roof}", _overhead_fix(s)))
         return "overhead-bound"
     return None
 
@@ -310,8 +321,12 @@ def diagnose_profile(summary: Any) -> Any:
         many_tiny = (not gpu and s.op_calls_per_step >= MANY_OPS_PER_STEP and s.median_op_s is not None
                      and s.median_op_s < TINY_OP_S)
         slow_ops = roof.efficiency < NEAR_CEILING and in_ops >= IN_OPS_SHARE and not many_tiny and (
-            roof.bound == "memory" or roof.compute_share >= SLOW_COMPUTE_SHARE)
-        near = roof.efficiency >= NEAR_CEILING or slow_ops
+            (roof.bound == "memory" and roof.memory_share >= MIN_BOUND_SHARE)
+            or (roof.bound == "compute" and roof.compute_share >= SLOW_COMPUTE_SHARE))
+        near = (roof.efficiency >= NEAR_CEILING or slow_ops) and not roof.count_unreliable
+        if roof.count_unreliable:
+            f.append(Finding("info", "count", "the work count does not fit this machine's ceilings: judged by the "
+                             "step's times instead", roof.count_unreliable, ""))
         half = roof.dtype == "float32" and s.limits.fastest_16bit()
         ratio = s.limits.peak_flops(half) / roof.flops_ceiling if half else 1.0
         if near and roof.bound == "compute":
@@ -352,7 +367,7 @@ def diagnose_profile(summary: Any) -> Any:
             code = "overhead-bound"
             what, ev = _overhead_cause(s, roof)
             f.append(Finding("warning", code, f"far below the ceilings ({roof.efficiency:.0%} of the time the work "
-                             f"needs at them): {what}", f"{ev}; {roof.evidence}", _FIX[code]))
+                             f"needs at them): {what}", f"{ev}; {roof.evidence}", _overhead_fix(s)))
         roof_code = code
         threads = None if gpu else thread_gain(s, roof, max(roof.efficiency, in_ops) if near else roof.efficiency)
         if threads is not None:
