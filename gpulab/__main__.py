@@ -49,8 +49,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     chk.add_argument("--out", default="build/gpu-check", help="where report.md and report.json go "
                                                               "(default: build/gpu-check in the course's checkout)")
     chk.add_argument("--root", default=None, help="the course's checkout (default: the one gpulab runs from)")
-    chk.add_argument("--notebooks", default=None,
-                     help="comma-separated notebook prefixes or paths (default: all; 'none' for none)")
+    chk.add_argument("--notebooks", default=None, nargs="+",
+                     help="notebook prefixes or paths, by commas or spaces: --notebooks 00 01 A1 (default: all; "
+                          "'none' for none)")
     chk.add_argument("--no-tests", action="store_true", help="skip the GPU conformance tests")
     chk.add_argument("--no-limits", action="store_true", help="skip measuring the ceilings")
     chk.add_argument("--budget", type=float, default=900.0, help="seconds for the whole check (default 900)")
@@ -155,8 +156,9 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """``python -m gpulab check``: exit 0 when every test and notebook passed or skipped, 1 otherwise."""
     from .preflight import Interrupted, check
 
-    nbs = None if args.notebooks is None else (
-        () if args.notebooks.strip().lower() == "none" else tuple(n.strip() for n in args.notebooks.split(",") if n.strip()))
+    given = None if args.notebooks is None else [n.strip() for part in args.notebooks for n in part.split(",")
+                                                 if n.strip()]
+    nbs = None if given is None else (() if [n.lower() for n in given] == ["none"] else tuple(given))
     try:
         report = check(args.root, args.out, tests=not args.no_tests, notebooks=nbs, limits=not args.no_limits,
                        budget_s=args.budget, notebook_timeout_s=args.notebook_timeout, jobs=args.jobs,

@@ -327,3 +327,30 @@ def test_a_kernel_that_does_not_start_leaves_the_callers_signal_handlers_alone(t
     report = check(course, out=None, tests=False, limits=False, kernel_name="no-such-kernel-xyz")
     assert report.notebooks[0].status == "failed" and "no-such-kernel-xyz" in report.notebooks[0].detail
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+def test_notebooks_by_spaces_or_commas_and_a_gpu_torch_cannot_use_fails_the_check(tmp_path, monkeypatch):
+    course = _course(tmp_path, {"00_a": ["print(0)"], "01_b": ["print(1)"], "A1_c": ["print(2)"]})
+    proc = _cli("--root", str(course), "--no-limits", "--no-tests", "--notebooks", "00", "01,A1", "--jobs", "2",
+                "--out", str(tmp_path / "o"))
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out + err
+    assert len(json.loads((tmp_path / "o" / "report.json").read_text())["notebooks"]) == 3
+    # NVML sees a GPU that torch cannot use: the check fails instead of passing with everything skipped
+    import dataclasses
+
+    import gpulab.preflight as pre
+    from gpulab.system import GPUInfo
+
+    real = pre.environment
+
+    def unusable(**kw):
+        env = real(**kw)
+        system = dataclasses.replace(env.system, gpus=(GPUInfo(0, "Tesla T4", "GPU-1", 15 * 2**30, (7, 5)),))
+        return dataclasses.replace(env, system=system)
+
+    monkeypatch.setattr(pre, "environment", unusable)
+    report = check(course, out=None, tests=False, notebooks=(), limits=False)
+    if report.environment.gpus:
+        pytest.skip("torch can use a GPU here")
+    assert not report.ok and report.tests[0].name == "GPU usable by torch" and report.tests[0].status == "failed"
