@@ -114,7 +114,16 @@ def test_visible_devices_prefer_torch_uuids(scripted, monkeypatch):
 
 
 # ---- Monitor ------------------------------------------------------------------------------------
-def test_monitor_with_scripted_gpus(scripted):
+def test_monitor_with_scripted_gpus(scripted, monkeypatch):
+    """The verdict's logic on scripted GPUs and a scripted host: what the real host runs beside the test (a busy
+    core, another suite) must not change it."""
+    from gpulab.telemetry import host as host_mod
+
+    def quiet(self):
+        return {"cpu_util_pct": 12.0, "process_cpu_pct": 6.0, "cpu0_util_pct": 14.0, "cpu1_util_pct": 10.0,
+                "rss_bytes": 2 * 2**30, "host_mem_used_bytes": 6 * 2**30}
+
+    monkeypatch.setattr(host_mod.HostSampler, "sample", quiet)
     threads = threading.active_count()
     with gl.Monitor(interval=0.05) as mon:
         time.sleep(0.8)
