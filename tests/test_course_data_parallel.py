@@ -44,6 +44,32 @@ def test_noise_margin_target_follows_the_spread():
         course.noise_margin(lambda: None, factor=-1)
 
 
+def test_a_busy_machines_margin_is_measured_longer_until_a_real_change_could_beat_it(monkeypatch):
+    """Under load a few rounds give an A/A ratio of 0.8 (a 1.6x target no real change beats): measured again, twice
+    as long, the target falls; the challenge is then timed as long."""
+    from gpulab import interleaved
+
+    calls = []
+
+    def scripted(variants, *, min_run_time, device=None):
+        calls.append(min_run_time)
+        noisy = len(calls) == 1
+        a = [1.0, 0.7, 0.8, 0.75, 0.9] if noisy else [1.0, 1.01, 0.99, 1.0, 1.02, 0.98, 1.0, 1.01]
+        b = [1.0] * len(a)
+        return {"a": SimpleNamespace(times_s=a, median_s=sorted(a)[len(a) // 2]),
+                "b": SimpleNamespace(times_s=b, median_s=1.0)}
+
+    monkeypatch.setattr(interleaved, "benchmark_interleaved", scripted)
+    m = course.noise_margin(lambda: None, min_run_time=1.5)
+    assert calls == [1.5, 3.0] and m.tries == 2 and m.min_run_time == 3.0
+    assert m.target_speedup <= 1.25 and "twice as long" in repr(m)
+    calls.clear()
+    patient = course.noise_margin(lambda: None, min_run_time=1.5, max_tries=1)
+    assert calls == [1.5] and patient.target_speedup > 1.25 and patient.tries == 1
+    with pytest.raises(ValueError, match="max_target"):
+        course.noise_margin(lambda: None, max_target=1.0)
+
+
 def _right(model, micro_batches):
     for i, (x, y) in enumerate(micro_batches):
         with model.no_sync() if i < len(micro_batches) - 1 else course.no_sync_nullcontext():

@@ -61,6 +61,8 @@ class NoiseMargin:
     aa_ratio: float          # median time of one copy over the other's: 1.0 on a quiet machine
     factor: float
     floor: float
+    min_run_time: float = 1.0   # the timing that gave it: time the comparison as long (as many rounds)
+    tries: int = 1              # how many times it was measured, each twice as long, until the noise allowed a target
 
     @property
     def noise(self) -> float:
@@ -71,15 +73,21 @@ class NoiseMargin:
         return round(1.0 + max(self.floor, self.factor * self.noise), 2)
 
     def __repr__(self) -> str:
+        longer = (f"; measured {self.tries} times, each twice as long, until the noise allowed a target "
+                  f"({self.min_run_time:g} s)" if self.tries > 1 else "")
         return (f"NoiseMargin(the same function timed twice, in turn, {self.rounds} rounds: median ratio "
                 f"{self.aa_ratio:.3f}, per-round ratios spread over {self.spread:.1%}; noise of a median ratio "
-                f"{self.noise:.1%}, so a change must be {self.target_speedup:.2f}x faster to count)")
+                f"{self.noise:.1%}, so a change must be {self.target_speedup:.2f}x faster to count{longer})")
 
 
 def noise_margin(fn: Callable[[], Any], *, min_run_time: float = 1.0, factor: float = 3.0, floor: float = 0.03,
-                 device: Any = None) -> NoiseMargin:
+                 device: Any = None, max_target: float = 1.25, max_tries: int = 3) -> NoiseMargin:
     """Time ``fn`` against itself, interleaved (:func:`gpulab.benchmark_interleaved`), and measure how far the two
     identical copies disagree: the noise any comparison of two medians on this machine carries.
+
+    On a busy machine a few rounds give a noise no real change could beat: while the target is above ``max_target``
+    it is measured again, twice as long each time (more rounds), up to ``max_tries`` times; ``min_run_time`` of the
+    result is the timing to compare with (the same number of rounds).
 
     Example:
         >>> m = noise_margin(lambda: sum(range(2000)), min_run_time=0.1)
@@ -93,15 +101,25 @@ def noise_margin(fn: Callable[[], Any], *, min_run_time: float = 1.0, factor: fl
             raise ValueError(f"{name} must be a number >= 0, got {v!r}")
     from ..interleaved import benchmark_interleaved
 
-    runs = benchmark_interleaved({"a": fn, "b": fn}, min_run_time=min_run_time, device=device)
-    ratios = sorted(a / b for a, b in zip(runs["a"].times_s, runs["b"].times_s) if b > 0)
-    if len(ratios) < 2:
-        spread = 0.0
-    else:
-        q = statistics.quantiles(ratios, n=4)
-        spread = (q[2] - q[0]) / statistics.median(ratios)
-    return NoiseMargin(len(ratios), float(spread), runs["a"].median_s / runs["b"].median_s, float(factor),
-                       float(floor))
+    if isinstance(max_target, bool) or not isinstance(max_target, (int, float)) or not max_target > 1:
+        raise ValueError(f"max_target must be a speedup > 1 (e.g. 1.25), got {max_target!r}")
+    if isinstance(max_tries, bool) or not isinstance(max_tries, int) or max_tries < 1:
+        raise ValueError(f"max_tries must be a whole number >= 1, got {max_tries!r}")
+    run_time = float(min_run_time)
+    for tries in range(1, max_tries + 1):
+        runs = benchmark_interleaved({"a": fn, "b": fn}, min_run_time=run_time, device=device)
+        ratios = sorted(a / b for a, b in zip(runs["a"].times_s, runs["b"].times_s) if b > 0)
+        if len(ratios) < 2:
+            spread = 0.0
+        else:
+            q = statistics.quantiles(ratios, n=4)
+            spread = (q[2] - q[0]) / statistics.median(ratios)
+        margin = NoiseMargin(len(ratios), float(spread), runs["a"].median_s / runs["b"].median_s, float(factor),
+                             float(floor), run_time, tries)
+        if margin.target_speedup <= max_target or tries == max_tries:
+            return margin
+        run_time *= 2
+    return margin  # pragma: no cover - the loop returns
 
 
 @dataclass(frozen=True)
