@@ -18,8 +18,9 @@ __all__ = ["TF32State", "tf32_state", "tf32_switched"]
 @dataclass(frozen=True)
 class TF32State:
     """May fp32 matmuls (``matmul``) and cuDNN convolutions (``cudnn``) use TF32 now? ``api``: the switches torch
-    prefers, ``"fp32_precision"`` (2.7+: ``torch.backends.cuda.matmul`` / ``cudnn.conv.fp32_precision``; from 2.9 the
-    others are deprecated and mixing the two raises) or ``"allow_tf32"``; ``matmul_setting``: as that API spells it."""
+    prefers, ``"fp32_precision"`` (torch 2.9+: ``torch.backends.cuda.matmul`` / ``cudnn.conv.fp32_precision``; there the
+    others are deprecated, and reading an old one after the new ones were set raises) or ``"allow_tf32"``;
+    ``matmul_setting``: as that API spells it."""
     matmul: bool
     cudnn: bool
     api: Literal["fp32_precision", "allow_tf32"]

@@ -141,7 +141,7 @@ def apply() -> tuple[str, ...]:
             from ._tf32 import _tf32_switches
 
             _, switches = _tf32_switches(torch)
-            if switches is not None:              # the API the installed torch prefers (mixing the two raises)
+            if switches is not None:              # the API the installed torch prefers (mixed, old getters raise)
                 for s in (*switches["matmul"], *switches["cudnn"]):
                     s.fp32_precision = "ieee"
             else:

@@ -256,3 +256,20 @@ def test_only_system_py_touches_the_switches():
                     isinstance(node.args[1], ast.Constant) and node.args[1].value in names:
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.func.id}(..., {node.args[1].value!r})")
     assert found == []
+
+
+def test_the_lessons_name_the_torch_release_that_brought_fp32_precision():
+    """torch.backends.cuda.matmul.fp32_precision arrived in torch 2.9 (2.7.1 and 2.8 raise AttributeError): every
+    sentence about it says so, and the installed torch agrees."""
+    from pathlib import Path
+
+    import torch
+
+    root = Path(__file__).resolve().parents[1]
+    texts = {p: p.read_text() for p in [root / "notebooks" / "04_mixed_precision.ipynb", root / "gpulab" / "_tf32.py",
+                                        root / "gpulab" / "course" / "tf32.py"]}
+    for path, text in texts.items():
+        assert "torch 2.7" not in text and "2.7+" not in text, f"{path.name} dates fp32_precision to torch 2.7"
+    assert "before torch 2.9" in texts[root / "notebooks" / "04_mixed_precision.ipynb"]
+    major, minor = (int(x) for x in torch.__version__.split(".")[:2])
+    assert hasattr(torch.backends.cuda.matmul, "fp32_precision") == ((major, minor) >= (2, 9))

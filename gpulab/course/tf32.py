@@ -3,7 +3,7 @@
 TF32 keeps fp32's 8-bit exponent but rounds the inputs of a multiplication to 10 mantissa bits (fp16's
 precision); the products are summed in fp32. Only NVIDIA GPUs of compute capability 8.0 or newer have it;
 on a CPU, a T4 or a V100 the switches below exist but change nothing. PyTorch's defaults: matmuls in full fp32
-and cuDNN convolutions in TF32. From torch 2.7 the switches are ``torch.backends.cuda.matmul.fp32_precision``
+and cuDNN convolutions in TF32. From torch 2.9 the switches are ``torch.backends.cuda.matmul.fp32_precision``
 (``"ieee"`` or ``"tf32"``) and ``torch.backends.cudnn.conv.fp32_precision``; older releases spell them
 ``torch.backends.cuda.matmul.allow_tf32`` (or ``torch.set_float32_matmul_precision("high")``) and
 ``torch.backends.cudnn.allow_tf32``, which torch 2.9 deprecates, and it raises when the two spellings are mixed.
@@ -45,7 +45,7 @@ TF32_STATES: dict[str, tuple[bool, bool]] = {
 def tf32_flags() -> dict[str, Any]:
     """PyTorch's TF32 switches as they are now (:func:`gpulab.system.tf32_state`): ``matmul`` and ``cudnn`` (may
     fp32 matmuls / cuDNN convolutions use TF32), ``matmul_precision`` (the matmul switch as the installed torch's
-    API spells it: ``"tf32"``/``"ieee"``/``"none"`` from torch 2.7, ``"high"``/``"highest"`` before), ``api``
+    API spells it: ``"tf32"``/``"ieee"``/``"none"`` from torch 2.9, ``"high"``/``"highest"`` before), ``api``
     (which switches: ``"fp32_precision"`` or ``"allow_tf32"``) and ``cudnn_benchmark``
     (``torch.backends.cudnn.benchmark``).
 
