@@ -13,7 +13,7 @@ from typing import Any, Iterator, Literal
 
 from ._check import checked
 
-__all__ = ["TF32State", "tf32_state", "tf32_switched"]
+__all__ = ["TF32State", "tf32_state", "tf32_switched", "tf32_off"]
 
 @dataclass(frozen=True)
 class TF32State:
@@ -82,3 +82,21 @@ def tf32_switched(matmul: bool | None = None, cudnn: bool | None = None, *,
         else:
             torch.set_float32_matmul_precision(saved[0])
             torch.backends.cudnn.allow_tf32 = saved[1]
+
+
+def tf32_off(torch_module: Any = None) -> TF32State:
+    """Switch TF32 off for fp32 matmuls and cuDNN for the rest of the process (a GPU without TF32 rehearsed on one
+    with it), through the API the installed torch prefers; the state as set.
+
+    >>> with tf32_switched():          # restored after the block
+    ...     tf32_off().cudnn
+    False
+    """
+    torch, new = _tf32_switches(torch_module)
+    if new is not None:
+        for s in (*new["matmul"], *new["cudnn"]):
+            s.fp32_precision = "ieee"
+    else:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    return tf32_state(torch)

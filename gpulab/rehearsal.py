@@ -138,15 +138,9 @@ def apply() -> tuple[str, ...]:
                      + (f" ({profile.memory_note})" if profile is not None and cap == profile.memory_bytes else ""))
     if profile is not None:
         if not profile.tf32:
-            from ._tf32 import _tf32_switches
+            from ._tf32 import tf32_off
 
-            _, switches = _tf32_switches(torch)
-            if switches is not None:              # the API the installed torch prefers (mixed, old getters raise)
-                for s in (*switches["matmul"], *switches["cudnn"]):
-                    s.fp32_precision = "ieee"
-            else:
-                torch.backends.cuda.matmul.allow_tf32 = False
-                torch.backends.cudnn.allow_tf32 = False
+            tf32_off(torch)
         if "flash" not in profile.sdpa:
             torch.backends.cuda.enable_flash_sdp(False)
         if "cudnn" not in profile.sdpa and hasattr(torch.backends.cuda, "enable_cudnn_sdp"):
