@@ -354,3 +354,22 @@ def test_notebooks_by_spaces_or_commas_and_a_gpu_torch_cannot_use_fails_the_chec
     if report.environment.gpus:
         pytest.skip("torch can use a GPU here")
     assert not report.ok and report.tests[0].name == "GPU usable by torch" and report.tests[0].status == "failed"
+
+
+def test_a_conformance_test_that_fails_beside_others_is_re_run_alone(tmp_path):
+    tests = ("import os, time\n\ndef test_fussy():\n    time.sleep(1)\n"
+             "    assert os.environ.get('OMP_NUM_THREADS') != '1', 'planted: fails when it shares the machine'\n\n"
+             "def test_fine():\n    pass\n")
+    course = _course(tmp_path, {"00_slow": ["import time; time.sleep(4)"]}, tests=tests)
+    saved = os.environ.pop("OMP_NUM_THREADS", None)
+    try:
+        report = check(course, out=tmp_path / "o", limits=False, jobs=2, cell_timeout_s=60)
+    finally:
+        if saved is not None:
+            os.environ["OMP_NUM_THREADS"] = saved
+    rows = {o.name.split("::")[-1]: o for o in report.tests}
+    fussy = rows["test_fussy"]
+    assert fussy.status == "passed" and fussy.alone == "passed" and fussy.beside, fussy
+    assert "beside others: failed" in fussy.detail and "planted" in fussy.detail
+    assert rows["test_fine"].status == "passed" and not rows["test_fine"].alone
+    assert report.ok

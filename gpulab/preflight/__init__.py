@@ -30,7 +30,8 @@ from typing import Any, Sequence
 from .._check import checked
 from . import ledger as _ledger
 from .jobs import run_jobs
-from .plan import build_jobs, collect, default_jobs, order_notebooks, profiles_arg, rerun_alone, state
+from .plan import (build_jobs, collect, default_jobs, order_notebooks, profiles_arg, rerun_alone,
+                   rerun_tests_alone, state)
 from .stack import Environment, environment
 from .report import CheckReport, Figure
 from .run import Outcome
@@ -195,6 +196,8 @@ def check(root: str | Path | None = None, out: str | Path | None = "build/gpu-ch
         if not interrupted:
             try:
                 nb_rows = rerun_alone(nb_rows, done, deadline, say)
+                test_rows, more = rerun_tests_alone(test_rows, done, deadline, work, say)
+                figures += more
             except KeyboardInterrupt:
                 interrupted = True
         warnings = tuple(f"{o.name} ({o.profile}): {w}" for o in nb_rows for w in o.warnings)

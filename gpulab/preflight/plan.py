@@ -19,7 +19,8 @@ from .jobs import Done, Job, run_jobs
 from .report import Figure
 from .run import Outcome, notebook_job, notebook_outcome, read_figures, tests_job, tests_outcomes
 
-__all__ = ["profiles_arg", "default_jobs", "order_notebooks", "build_jobs", "collect", "rerun_alone", "state"]
+__all__ = ["profiles_arg", "default_jobs", "order_notebooks", "build_jobs", "collect", "rerun_alone",
+           "rerun_tests_alone", "state"]
 
 _GIB = 1024 ** 3
 _PER_JOB_GPU_BYTES = 16 * _GIB      # a T4's memory and some: what one notebook at GPU sizes is planned to hold
@@ -140,6 +141,45 @@ def _alone(old: Outcome, new: Outcome) -> Outcome:
         detail += f" ({' '.join(new.detail.split())[:200]})"
     return dataclasses.replace(new, detail=detail, beside=True, alone=new.status, warnings=old.warnings + new.warnings,
                                started_s=old.started_s)
+
+
+def rerun_tests_alone(tests: list[Outcome], done: Sequence[Done], deadline: float, work: Path,
+                      say: Callable[[str], None]) -> tuple[list[Outcome], list[Figure]]:
+    """The conformance tests that failed beside others, run again alone (one pytest per profile, just those tests)
+    while the budget lasts; each row says both outcomes. The figures the re-run recorded come back too."""
+    from .run import node_id
+
+    out, figs = list(tests), []
+    for d in done:
+        tag = d.job.tag or {}
+        if tag.get("kind") != "tests":
+            continue
+        profile, root = tag.get("profile", "native"), Path(d.job.cwd or ".")
+        failed = {o.name: node_id(o.name, root) for o in tests
+                  if o.profile == profile and o.beside and o.status in ("failed", "timed out") and "::" in o.name}
+        failed = {k: v for k, v in failed.items() if v}
+        if not failed:
+            continue
+        if deadline - time.monotonic() < 30:
+            out = [dataclasses.replace(o, alone="not re-run: the budget was spent") if o.name in failed
+                   and o.profile == profile else o for o in out]
+            continue
+        say(f"re-running {len(failed)} conformance test(s) of {profile} alone (they failed beside others) ...")
+        suffix = _tag(profile) + "-alone"
+        job = tests_job(Path(tag["dir"]), work, max(30.0, deadline - time.monotonic()),
+                        work / f"figures{suffix}.jsonl", env=d.job.env, tag=suffix, targets=list(failed.values()))
+        if isinstance(job, Outcome):
+            continue
+        again = run_jobs([dataclasses.replace(job, tag={**job.tag, "kind": "tests", "profile": profile},
+                                              env={k: v for k, v in job.env.items()
+                                                   if k not in (CAP_ENV, "OMP_NUM_THREADS")})], 1, deadline=deadline)[0]
+        alone = {node_id(o.name, root) or o.name: o for o in tests_outcomes(again)}
+        out = [_alone(o, dataclasses.replace(alone[failed[o.name]], profile=profile))
+               if o.profile == profile and o.name in failed and failed[o.name] in alone else o for o in out]
+        figs += [Figure(r.get("name", "?"), r.get("value"), r.get("unit", ""), r.get("datasheet"), r.get("test", ""),
+                        (r.get("note") or "") + "; re-run alone", profile)
+                 for r in read_figures(work / f"figures{suffix}.jsonl")]
+    return out, figs
 
 
 def rerun_alone(notebooks: list[Outcome], done: Sequence[Done], deadline: float,

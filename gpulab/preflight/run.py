@@ -23,7 +23,8 @@ from typing import Any, Callable, Sequence
 from .._tf import QUIET_ENV
 from .jobs import Done, Job, run_jobs
 
-__all__ = ["Outcome", "parse_junit", "tests_job", "tests_outcomes", "run_tests", "notebook_job", "notebook_outcome",
+__all__ = ["Outcome", "parse_junit", "node_id", "tests_job", "tests_outcomes", "run_tests", "notebook_job",
+           "notebook_outcome",
            "run_notebook",
            "read_figures"]
 
@@ -80,12 +81,28 @@ def parse_junit(xml_text: str) -> list[Outcome]:
     return out
 
 
+def node_id(name: str, root: Path) -> str | None:
+    """pytest's node id of a test named as its report names it (``tests.gpu.test_x::test_y[p]`` from the XML
+    report, or the node id itself), relative to ``root``; None when no file under ``root`` matches."""
+    if "::" not in name:
+        return None
+    where, test = name.split("::", 1)
+    if where.endswith(".py"):
+        return name if (root / where).exists() else None
+    parts = where.split(".")
+    for cut in range(len(parts), 0, -1):               # tests.gpu.test_x.TestY: the module, then the class
+        path = Path(*parts[:cut]).with_suffix(".py")
+        if (root / path).exists():
+            return "::".join([path.as_posix(), *parts[cut:], test])
+    return None
+
+
 def tests_job(tests_dir: Path, out_dir: Path, timeout_s: float, figures: Path, extra_args: Sequence[str] = (),
-              env: dict[str, str] | None = None, tag: str = "") -> Job | Outcome:
+              env: dict[str, str] | None = None, tag: str = "", targets: Sequence[str] = ()) -> Job | Outcome:
     """The conformance tests as a :class:`~gpulab.preflight.jobs.Job` (pytest on ``tests_dir``, its own process
     group, stopped at ``timeout_s``), or the "not run" :class:`Outcome` where pytest is missing. Figures the tests
     record go to ``figures``; each finished test is also written as it ends (``outcomes.jsonl``), so a stopped run
-    keeps what finished."""
+    keeps what finished. ``targets``: node ids to run instead of the whole folder (a re-run of some tests alone)."""
     if importlib.util.find_spec("pytest") is None:
         return Outcome("tests/gpu", "not run", 0.0, "pytest is not installed here, so the GPU conformance tests did "
                                                     "not run: pip install pytest (or the course's `make lab`)")
@@ -98,7 +115,7 @@ def tests_job(tests_dir: Path, out_dir: Path, timeout_s: float, figures: Path, e
     child_env.update(env or {})
     child_env.update(GPULAB_CHECK_FIGURES=str(figures), GPULAB_CHECK_OUTCOMES=str(lines),
                      PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
-    argv = [sys.executable, "-m", "pytest", str(tests_dir), "-q", "-rs", "-p", "no:cacheprovider",
+    argv = [sys.executable, "-m", "pytest", *(targets or [str(tests_dir)]), "-q", "-rs", "-p", "no:cacheprovider",
             f"--junitxml={junit}", *extra_args]
     return Job(f"tests/gpu{tag}", argv, timeout_s, child_env, str(root), str(log), None,
                {"junit": str(junit), "log": str(log), "lines": str(lines), "dir": str(tests_dir)})
