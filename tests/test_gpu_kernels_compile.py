@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 CCS = (75, 80, 90)                     # T4, A100, H100
 
 # What each kernel is compiled with: the constexpr values (and warps) the lesson launches it with. Pointer arguments
-# (named *_ptr) are float32 tensors, the other runtime arguments 32-bit integers, as the lesson passes them.
+# (named *_ptr) are float32 tensors, the other runtime arguments 32-bit integers, as the lesson passes them, unless
+# "pointers" (the tensors' type) or "types" (an argument's type) say otherwise.
 TRITON_KERNELS = {
     "add_kernel": {"constexprs": {"BLOCK": 1024}},
     "bias_gelu_kernel": {"constexprs": {"BLOCK": 1024}},
@@ -38,6 +39,12 @@ TRITON_KERNELS = {
     "warp_kernel": {"constexprs": {"BLOCK": 256}},
     "my_kernel": {"constexprs": {"BLOCK": 1024}},                 # the fused-kernel challenge's reference solution
     "matmul_kernel": {"constexprs": {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32}},   # tl.dot, its GPU tile sizes
+    # lesson 13's FlashAttention-2 forward: the course's kernel (causal) and the exercise's reference solution (not),
+    # in fp16 on a T4's tiles (64 x 64, head_dim 64): sm_75 has no bf16 tensor cores
+    "flash_attention_kernel": {"constexprs": {"HEAD_DIM": 64, "BLOCK_M": 64, "BLOCK_N": 64, "CAUSAL": True},
+                               "pointers": "*fp16", "types": {"sm_scale": "fp32"}},
+    "my_flash_kernel": {"constexprs": {"HEAD_DIM": 64, "BLOCK_M": 64, "BLOCK_N": 64, "CAUSAL": False},
+                        "pointers": "*fp16", "types": {"sm_scale": "fp32"}},
 }
 NUMBA_KERNELS = {
     "matmul_naive": "void(float32[:, :], float32[:, :], float32[:, :])",
@@ -108,8 +115,9 @@ def _shipped() -> dict:
 SHIPPED = _shipped()
 
 
-def _triton_signature(source: str, constexprs: dict) -> dict[str, str]:
+def _triton_signature(source: str, spec: dict) -> dict[str, str]:
     fn = ast.parse(source).body[0]
+    constexprs, types = spec["constexprs"], spec.get("types", {})
     sig = {}
     for arg in fn.args.args:
         annotation = ast.unparse(arg.annotation) if arg.annotation is not None else ""
@@ -117,7 +125,7 @@ def _triton_signature(source: str, constexprs: dict) -> dict[str, str]:
             assert arg.arg in constexprs, f"{fn.name}: no value for its constexpr {arg.arg} in TRITON_KERNELS"
             sig[arg.arg] = "constexpr"
         else:
-            sig[arg.arg] = "*fp32" if arg.arg.endswith("_ptr") else "i32"
+            sig[arg.arg] = types.get(arg.arg) or (spec.get("pointers", "*fp32") if arg.arg.endswith("_ptr") else "i32")
     return sig
 
 
@@ -160,7 +168,8 @@ if out["missing"] is None:
                 ptx = compiled.asm["ptx"]
                 out["results"][key] = {"targets": [ln for ln in ptx.splitlines() if ln.startswith(".target")],
                                        "entries": ptx.count(".entry "), "cubin": len(compiled.asm["cubin"]),
-                                       "elf": compiled.asm["cubin"][:4] == b"\x7fELF", "error": None}
+                                       "elf": compiled.asm["cubin"][:4] == b"\x7fELF",
+                                       "mma": ptx.count("mma.sync") + ptx.count("wgmma.mma_async"), "error": None}
             except Exception as e:
                 out["results"][key] = {"error": f"{type(e).__name__}: {e}"[-3000:]}
 print(json.dumps(out))
@@ -238,8 +247,7 @@ def compiled(tmp_path_factory):
                      "\n\n".join(f"@triton.jit\n{src}" for _, src in SHIPPED["triton"].values()))
     numba_module = ("import math\nimport numpy as np\nfrom numba import cuda, float32\n" + _constants() + "\n\n" +
                     "\n\n".join(src for _, src in SHIPPED["numba"].values()))
-    triton_job = {"kernels": [{"name": name, "signature": _triton_signature(SHIPPED["triton"][name][1],
-                                                                             spec["constexprs"]), **spec}
+    triton_job = {"kernels": [{"name": name, "signature": _triton_signature(SHIPPED["triton"][name][1], spec), **spec}
                               for name, spec in TRITON_KERNELS.items() if name in SHIPPED["triton"]]}
     numba_job = {"kernels": {n: s for n, s in NUMBA_KERNELS.items() if n in SHIPPED["numba"]}}
     procs = {"triton": _start(tmp, "triton", TRITON_CHILD, triton_module, triton_job),
@@ -270,6 +278,14 @@ def test_triton_kernel_compiles_to_ptx_and_cubin(compiled, name, cc):
     res = _result(compiled, "triton", name, cc)
     assert _targets_cc(res["targets"], cc), res["targets"]
     assert res["entries"] == 1 and res["cubin"] > 0 and res["elf"]
+
+
+@pytest.mark.parametrize("cc", (80, 90), ids=lambda cc: f"sm{cc}")
+@pytest.mark.parametrize("name", ["flash_attention_kernel", "my_flash_kernel"])
+def test_flash_attention_multiplies_its_tiles_on_tensor_cores(compiled, name, cc):
+    """Lesson 13's kernel: both tl.dot of 16-bit tiles become tensor-core instructions (mma.sync, wgmma on sm_90).
+    Triton 3.8 compiles tl.dot for sm_75 with FMA instructions instead, so a T4 runs it without its tensor cores."""
+    assert _result(compiled, "triton", name, cc)["mma"] > 0
 
 
 # ----------------------------------------------------------------------------------------------- Numba

@@ -27,6 +27,8 @@ toolkit (``gpulab``); the toolkit never imports it.
 - ``digits``, ``capstone``, ``capstone_torch``, ``ablation``: lesson 12's MNIST tensors, the seed loop as a
   ``Recipe`` of switches, and the ablation that keeps each change only if it helps; ``capstone_mfu``: MFU by two
   FLOP counts over the measured and the datasheet peak
+- ``flash_attention``: lesson 13's FlashAttention-2 forward in Triton, its exercise check against SDPA and its timing
+- ``gpt_mfu``: lesson 13's MFU against the datasheet peak, as published runs quote it, with the measured share beside
 - ``sustained``: what a card sustains against its datasheet (published shares, NVML clocks and power limit)
 - ``coalescing``, ``conv_levers``, ``optimizer_memory``, ``dali_install``, ``data_parallel``: lessons 11, 04, 05,
   06 and 07's demonstrations (sectors per warp load, channels_last and cudnn.benchmark alone, optimizer state,
@@ -103,9 +105,12 @@ from .capstone_torch import interleaved_gain, largest_batch, torch_ablation, tor
 from .capstone_keras import KerasRecipe, KerasRun, keras_ablation, keras_changes, train_keras_recipe
 from .capstone_report import check_tracked, RecipeChallenge, ResultsCard, recipe_ceiling, recipe_challenge, results_card, results_dir, runs_dir
 from .capstone_mfu import MFU, mfu_report
+from .gpt_mfu import GPTMFU, gpt_mfu
 from .capstone_energy import PrecisionCost, compare_precisions, energy_headline, precision_cost
 from .gpt import generate, gpt, text_tokens, token_batch
 from .attention_sweep import AttentionPoint, AttentionSweep, attention_sweep, manual_attention
+from .flash_attention import (FlashCase, FlashCheck, FlashTiming, check_flash_attention, flash_attention, key_tiles,
+                              time_flash_attention)
 from .generation import GenerationRow, GenerationSpeed, generation_speed
 from .gpt_train import (GPTRecipe, GPTRun, gpt_ablation, gpt_challenge, gpt_changes, gpt_stepper, micro_batches_that_fit,
                         train_gpt)
@@ -121,10 +126,11 @@ __all__ = [
     "KerasRecipe", "KerasRun", "train_keras_recipe", "keras_changes", "keras_ablation",
     "PrecisionCost", "precision_cost", "compare_precisions", "energy_headline",
     "gpt", "text_tokens", "token_batch", "generate", "AttentionPoint", "AttentionSweep", "attention_sweep",
-    "manual_attention", "GenerationRow", "GenerationSpeed", "generation_speed", "GPTRecipe", "GPTRun", "train_gpt",
+    "manual_attention", "flash_attention", "check_flash_attention", "time_flash_attention", "key_tiles", "FlashCase",
+    "FlashCheck", "FlashTiming", "GenerationRow", "GenerationSpeed", "generation_speed", "GPTRecipe", "GPTRun", "train_gpt",
     "gpt_stepper", "gpt_changes", "gpt_ablation", "gpt_challenge", "micro_batches_that_fit",
     "check_tracked", "recipe_ceiling", "recipe_challenge", "RecipeChallenge", "results_card", "ResultsCard", "results_dir", "runs_dir",
-    "MFU", "mfu_report",
+    "MFU", "mfu_report", "GPTMFU", "gpt_mfu",
     "serial_parallel_step", "SerialParallelStep", "python_work", "speedup_needed",
     "nvidia_smi", "SmiOutput", "smi_header", "SmiHeader", "active_reasons", "CLOCK_EVENT_REASONS",
     "achievable", "Achievable", "gpu_clocks", "GPUClocks", "explain_share", "DatasheetShare",

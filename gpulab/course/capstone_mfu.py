@@ -117,9 +117,24 @@ def datasheet_peak(device: str, precision: str) -> tuple[float | None, str]:
         return None, "none for a CPU: gpulab holds datasheet peaks for GPUs only (gl.gpu_specs)"
     import torch
 
+    return gpu_datasheet_peak(torch.cuda.get_device_name(torch.device(device)), precision)
+
+
+def gpu_datasheet_peak(name: str, precision: str) -> tuple[float | None, str]:
+    """The datasheet's dense peak for ``precision`` on the GPU called ``name`` (what ``torch.cuda.get_device_name``
+    says, or a name :func:`gpulab.gpu_spec` knows), with what it is and its source; ``(None, why)`` for a card
+    gpulab has no datasheet of, or a precision its datasheet lacks.
+
+    Example:
+        >>> gpu_datasheet_peak("NVIDIA H100 80GB HBM3", "bfloat16")[0] / 1e12
+        989.0
+    """
+    if precision not in _SHEET:
+        raise ValueError(f"precision must be one of {sorted(_SHEET)}, got {precision!r}")
+    if not isinstance(name, str) or not name.strip():
+        raise TypeError(f"name must be a GPU's name such as 'NVIDIA H100 80GB HBM3', got {name!r}")
     from ..reference import gpu_spec
 
-    name = torch.cuda.get_device_name(torch.device(device))
     try:
         spec = gpu_spec(name)
     except KeyError:

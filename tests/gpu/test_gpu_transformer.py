@@ -1,6 +1,8 @@
 """Lesson 13's paths on a real GPU: SDPA picks a fused backend for 16-bit inputs, the written-out attention's memory
-grows as T^2 and SDPA's as T, a GPT-2-small-shaped training step's tokens/s and MFU against the measured bf16
-ceiling, and greedy generation with a KV cache faster than without, its cache holding the counted bytes."""
+grows as T^2 and SDPA's as T, the course's Triton FlashAttention-2 forward matches SDPA at T = 1024 and is timed
+against it, a GPT-2-small-shaped training step's tokens/s and MFU against the datasheet's dense peak (as published
+runs quote it) and the measured 16-bit ceiling, and greedy generation with a KV cache faster than without, its cache
+holding the counted bytes."""
 from __future__ import annotations
 
 import time
@@ -10,8 +12,10 @@ import pytest
 import gpulab as gl
 from gpulab.attention import sdpa_backends
 from gpulab.course.attention_sweep import attention_sweep
+from gpulab.course.flash_attention import check_flash_attention, flash_attention, time_flash_attention
 from gpulab.course.generation import generation_speed
 from gpulab.course.gpt import gpt, text_tokens, token_batch
+from gpulab.course.gpt_mfu import gpt_mfu
 from gpulab.transformer import TransformerShape, mfu
 
 
@@ -41,6 +45,30 @@ def test_attention_memory_grows_as_t_squared_written_out_and_as_t_through_sdpa(c
     figure("attention_speedup_sdpa_T4096", last.manual_s / last.sdpa_s, "x", note=f"backend {last.backend}")
     assert manual is not None and fused is not None and manual > 1.6 and fused < 1.3, sweep
     assert last.sdpa_s < last.manual_s, sweep
+
+
+def test_triton_flash_attention_matches_sdpa_at_t1024_and_is_timed_against_it(cuda, figure):
+    import torch
+    import torch.nn.functional as F
+
+    check = check_flash_attention(flash_attention, device=cuda)      # raises, with its table, where an output is off
+    dtype = gl.choose_precision().autocast_dtype                     # bf16 from Ampere on (fp16 on a T4)
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(4, 12, 1024, 64, generator=gen).to(cuda, dtype) for _ in range(3))
+    with torch.no_grad():
+        out = flash_attention(q, k, v, causal=True)
+        ref = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    err = float((out.float() - ref.float()).abs().max())
+    torch.testing.assert_close(out.float(), ref.float(), atol=3e-2, rtol=3e-2)
+    timing = time_flash_attention(batch=4, heads=12, seq_len=1024, head_dim=64, causal=True, dtype=dtype,
+                                  device=cuda, min_run_time=0.3)
+    figure("flash_attention_triton_vs_sdpa_T1024", timing.speedup, "x",
+           note=f"Triton FlashAttention-2 forward {timing.yours_s * 1e3:.3g} ms vs SDPA ({timing.sdpa_backend}) "
+                f"{timing.sdpa_s * 1e3:.3g} ms; {timing.dtype}, causal, (4, 12, 1024, 64), tiles {timing.blocks}; "
+                f"max |error| vs SDPA {err:.1e}; check: {sum(c.ok for c in check.cases)} shapes in {check.seconds:.1f} s")
+    figure("flash_attention_triton_tflops_T1024", timing.flops / timing.yours_s / 1e12, "TFLOP/s",
+           note="4 x head_dim FLOPs per score under the causal mask, forward")
+    assert check.passed and timing.measured and timing.speedup > 0, timing
 
 
 def test_gpt2_small_training_step_tokens_per_s_and_mfu(cuda, figure):
@@ -76,6 +104,13 @@ def test_gpt2_small_training_step_tokens_per_s_and_mfu(cuda, figure):
     figure("gpt2_small_train_tokens_per_s", tok_s, "tokens/s", note=f"{dtype}, batch {batch} x {shape.seq_len}, "
                                                                      f"fused AdamW, eager")
     figure("gpt2_small_train_mfu_of_measured_peak", 100 * share, "%", note=f"peak {peak / 1e12:.0f} TFLOP/s measured")
+    report = gpt_mfu(shape.flops_per_token(), tok_s, precision=dtype, measured_peak_flops=peak, device=cuda)
+    assert report.of_measured is not None and abs(report.of_measured - share) < 1e-9
+    if report.of_datasheet is not None:                 # the MFU published runs quote: over the datasheet's dense peak
+        figure("gpt2_small_train_mfu_of_datasheet_peak", 100 * report.of_datasheet, "%",
+               note=f"of the {report.gpu}'s datasheet {report.short} peak ({report.datasheet_peak_flops / 1e12:.0f} "
+                    f"TFLOP/s); {100 * share:.0f}% of the measured {peak / 1e12:.0f}")
+        assert report.headline_peak == "datasheet" and 0.0 < report.of_datasheet <= report.of_measured * 1.05
     assert torch.isfinite(loss) and 0.0 < share < 1.0
 
 
