@@ -47,9 +47,99 @@ def _sdpa() -> Callable[..., Any]:
     return F.scaled_dot_product_attention
 
 
+_KWARGS = ("attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
+_SHAPE = "(batch, heads, seq_len, head_dim), or (batch, seq_len, head_dim)"
+
+
+def _check_inputs(q: Any, k: Any, v: Any, fn: Any, kwargs: dict[str, Any]) -> None:
+    """SDPA's inputs checked before any call, each mistake named with what to pass: ``q``, ``k``, ``v`` floating-point
+    tensors of one dtype on one device, of :data:`_SHAPE`, k's head_dim q's, as many values as keys, the leading
+    dimensions broadcastable (heads grouped with ``enable_gqa``); SDPA's own keywords of the right kind."""
+    import math
+
+    import torch
+
+    if fn is not None and not callable(fn):
+        raise TypeError(f"fn must be a callable that calls scaled_dot_product_attention(q, k, v, ...), or None, got "
+                        f"{type(fn).__name__} {fn!r:.60}")
+    unknown = sorted(set(kwargs) - set(_KWARGS))
+    if fn is None and unknown:
+        raise TypeError(f"scaled_dot_product_attention takes no keyword(s) {unknown}: pass only {list(_KWARGS)}")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch tensor of shape {_SHAPE}, got {type(t).__name__} {t!r:.60}")
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must be a floating-point tensor (float32, float16 or bfloat16), got dtype {t.dtype}")
+        if t.ndim < 3:
+            raise ValueError(f"{name} must have shape {_SHAPE}, got shape {tuple(t.shape)}")
+        if 0 in t.shape:
+            raise ValueError(f"{name} is empty (shape {tuple(t.shape)}): pass at least one query, key and value")
+    if not q.ndim == k.ndim == v.ndim:
+        raise ValueError(f"q, k and v must have as many dimensions, got shapes {tuple(q.shape)}, {tuple(k.shape)}, "
+                         f"{tuple(v.shape)}")
+    if not q.dtype == k.dtype == v.dtype:
+        raise ValueError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}: pass k.to(q.dtype) "
+                         "and v.to(q.dtype)")
+    if not q.device == k.device == v.device:
+        raise ValueError(f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}: pass "
+                         "k.to(q.device) and v.to(q.device)")
+    if k.shape[-1] != q.shape[-1]:
+        raise ValueError(f"k's head_dim (last dimension) must be q's, {q.shape[-1]}, got shape {tuple(k.shape)}")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"v must hold one value per key: k has {k.shape[-2]} keys (dimension -2), v {v.shape[-2]}")
+    gqa = _flag(kwargs, "enable_gqa")
+    grouped = gqa and q.ndim >= 4
+    lead = [tuple(t.shape[:-3] if grouped else t.shape[:-2]) for t in (q, k, v)]
+    try:
+        batch = tuple(torch.broadcast_shapes(*lead))
+    except RuntimeError:
+        raise ValueError(f"q, k and v's leading dimensions (batch{', heads' if not grouped else ''}) must match or be "
+                         f"1, got shapes {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+                         + ("" if gqa else ": for fewer key/value heads than query heads pass enable_gqa=True")) from None
+    if grouped and (k.shape[-3] != v.shape[-3] or q.shape[-3] % k.shape[-3]):
+        raise ValueError(f"with enable_gqa=True, k and v must have as many heads, a divisor of q's {q.shape[-3]}, got "
+                         f"{k.shape[-3]} and {v.shape[-3]}")
+    causal, mask = _flag(kwargs, "is_causal"), kwargs.get("attn_mask")
+    if mask is not None:
+        want = (*batch, *((q.shape[-3],) if grouped else ()), q.shape[-2], k.shape[-2])
+        if not isinstance(mask, torch.Tensor):
+            raise TypeError(f"attn_mask must be a tensor that broadcasts to {want} (queries x keys), or None, got "
+                            f"{type(mask).__name__} {mask!r:.60}")
+        if mask.dtype not in (torch.bool, torch.float32, q.dtype):
+            raise TypeError(f"attn_mask must be bool (True = attend) or float (added to the scores) in q's dtype, got "
+                            f"{mask.dtype}")
+        try:
+            fits = tuple(torch.broadcast_shapes(tuple(mask.shape), want)) == want
+        except RuntimeError:
+            fits = False
+        if not fits:
+            raise ValueError(f"attn_mask of shape {tuple(mask.shape)} does not broadcast to {want} (queries x keys)")
+        if mask.device != q.device:
+            raise ValueError(f"attn_mask is on {mask.device} but q on {q.device}: pass attn_mask.to(q.device)")
+        if causal:
+            raise ValueError("attn_mask and is_causal=True are two masks: pass one (is_causal=True alone for a causal "
+                             "mask)")
+    p = kwargs.get("dropout_p", 0.0)
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < 1:
+        raise ValueError(f"dropout_p must be a probability in [0, 1), got {p!r}")
+    scale = kwargs.get("scale")
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale)):
+        raise ValueError(f"scale must be a finite number (default None: 1/sqrt(head_dim)), got {scale!r}")
+
+
+def _flag(kwargs: dict[str, Any], name: str) -> bool:
+    value = kwargs.get(name, False)
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
 def sdpa_backend(q: Any, k: Any, v: Any, *, fn: Callable[..., Any] | None = None, **kwargs: Any) -> str:
     """The backend one ``scaled_dot_product_attention(q, k, v, **kwargs)`` call runs ("flash", "memory-efficient",
     "cudnn" or "math"), from the operator it dispatched to. ``fn`` replaces SDPA (a wrapper around it, say).
+    ``q``, ``k``, ``v`` and SDPA's keywords are checked before the call: tensors of one floating dtype on one device,
+    ``(batch, heads, seq_len, head_dim)`` (or without heads), a mask that broadcasts to queries x keys and no
+    ``is_causal`` beside it; each mistake is a ``TypeError``/``ValueError`` naming it.
 
     Example:
         >>> import torch
@@ -59,15 +149,16 @@ def sdpa_backend(q: Any, k: Any, v: Any, *, fn: Callable[..., Any] | None = None
     """
     from torch.profiler import ProfilerActivity, profile
 
+    _check_inputs(q, k, v, fn, kwargs)
     call = fn or _sdpa()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")            # the profiler's notes on a machine without CUDA
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             call(q, k, v, **kwargs)
     names = [e.name for e in prof.events() if e.name in _OPS]
-    if not names:
-        raise RuntimeError("no SDPA operator ran: pass q, k, v for torch.nn.functional.scaled_dot_product_attention "
-                           "(fn, when given, must call it)")
+    if not names:                  # a fn that does not call SDPA: the one mistake only the call itself shows
+        raise ValueError("fn ran no SDPA operator: fn, when given, must call "
+                         "torch.nn.functional.scaled_dot_product_attention(q, k, v, ...)")
     return _OPS[names[0]]
 
 
@@ -161,6 +252,11 @@ def own_reasons(backend: str, messages: list[str]) -> str | None:
         ...     "cuDNN attention has been runtime disabled."])
         'Flash attention kernel not used because: Flash attention does not support non-null attn_mask.'
     """
+    if not isinstance(backend, str) or backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, (list, tuple)) or not all(
+            isinstance(m, str) for m in messages):
+        raise TypeError(f"messages must be a list of torch's warning texts, got {messages!r:.60}")
     headers: dict[str | None, str] = {}
     sections: dict[str | None, list[str]] = {}
     current: str | None = None
@@ -244,7 +340,9 @@ def _priority(q: Any, k: Any, v: Any, call: Callable[..., Any], kwargs: dict[str
 
 def sdpa_backends(q: Any, k: Any, v: Any, *, fn: Callable[..., Any] | None = None, **kwargs: Any) -> SdpaReport:
     """Try each SDPA backend alone on these inputs; an :class:`SdpaReport` of which run, which one SDPA picks by
-    default, and torch's reason for each that cannot."""
+    default, and torch's reason for each that cannot. The inputs are checked first (:func:`sdpa_backend`'s checks):
+    a mistake in them is one ``TypeError``/``ValueError`` naming it, not a failure of every backend."""
+    _check_inputs(q, k, v, fn, kwargs)
     call = fn or _sdpa()
     reasons = {b: _why_not(b, q, k, v, call, kwargs) for b in BACKENDS}
     default = sdpa_backend(q, k, v, fn=call, **kwargs)

@@ -90,7 +90,8 @@ OUTCOMES = ("clear", "obscure", "silent", "hang", "leak", "loss")
 # the modules a sweep reports one by one: a case belongs to the first group whose prefix its name starts with
 GROUPS = {"tracking": ("tracking.", "Run."), "compiling": ("compiling.",), "kernels": ("kernels.",),
           "limits": ("limits.", "machine_limits", "MachineLimits."), "streams": ("streams.",),
-          "profile": ("profile", "compare_profiles", "phase"), "capstone": ("capstone.",)}
+          "profile": ("profile", "compare_profiles", "phase"), "capstone": ("capstone.",),
+          "gpt": ("gpt.", "attention."), "lesson": ("lesson.",)}
 
 
 def group(case: str) -> str:
@@ -647,7 +648,188 @@ def cases_() -> list[Case]:  # noqa: PLR0915 - one table
            "price_per_hour": [0, -1.0, nan, inf, "no-such-price", True, []]}, limit_s=60),
         C("capstone.energy_headline", course.energy_headline,
           {"table": capstone.ablate(_fake_train, {"b": 1}, [], apply=_apply)}, {"table": [3, None, "table"]}),
+    ] + _lesson12_cases() + _gpt_cases()
+
+
+def _lesson12_cases() -> list[Case]:
+    """Lesson 12's other calls (the ablation driver, the challenge and the results card), and the lesson helpers
+    every notebook calls (predictions, narration, checks, the closing table)."""
+    import gpulab as gl
+    from gpulab import course
+
+    C, d, table, rr = Case, _digits(), _table(), _recipe_run("fp32")
+    prices = [0, -1.0, nan, inf, "no-such-price", True, []]
+    return [
+        C("capstone.torch_ablation", course.torch_ablation,
+          {"data": d, "epochs": 1, "device": "cpu", "batch_size": 64, "compare_s": 0, "accuracy_seeds": 0,
+           "disk_images": 64},
+          {"data": [3, None, "digits"], "epochs": "count", "device": "device", "batch_size": "count",
+           "compile_on_cpu": "flag", "track": [3, "x"], "accuracy_tolerance": [-0.1, 1.0, nan, "0.01"],
+           "budget": [0, -1, 1.5, "1GiB"], "disk_images": [0, -1, 2.5, "64"], "compare_s": [-1.0, nan, inf, "1"],
+           "accuracy_seeds": [-1, 2.5, "2"], "price_per_hour": prices}, limit_s=120),
+        C("capstone.scale_lr", course.scale_lr, {"base_lr": 1e-3, "base_batch": 32, "batch": 512},
+          {"base_lr": "pos", "base_batch": "count", "batch": "count", "rule": "choice"}),
+        C("capstone.lesson_price", course.lesson_price, {"price_per_hour": 1.0},
+          {"price_per_hour": prices, "device": "device"}),
+        C("capstone.describe_price", course.describe_price, {"price": gl.cost.hourly_price(1.0)},
+          {"price": [3, "x", 1.0]}),
+        C("capstone.digits", course.digits, {"n_train": 256, "n_test": 64, "download": False},
+          {"n_train": [0, -1, 2.5, "3", True, 10**9], "n_test": [0, -1, 2.5, "3", True, 10**9],
+           "seed": [-1, 2.5, "0", True], "download": "flag", "timeout_s": "pos"}),
+        C("capstone.recipe_ceiling", course.recipe_ceiling,
+          {"recipe": course.Recipe(batch_size=64), "device": "cpu", "min_run_time": 0.02},
+          {"recipe": [3, "fp32", {"batch_size": 64}], "device": "device", "min_run_time": "pos"}),
+        C("capstone.mfu_report", course.mfu_report, {"table": table, "model": _linear()},
+          {"table": [3, None, "table"], "label": [3, "zzz"], "model": [-3, None, "model"]}),
+        C("capstone.results_card", course.results_card,
+          {"title": "t", "tables": [table], "folder": _tmp_root() + "/card"},
+          {"title": [3, ""], "tables": [3, "t", [3]], "headline": [3, [("a",)], [(1, 2)]], "folder": "path",
+           "name": [3, "", "../x", "a/b"]}),
+        C("capstone.check_tracked", course.check_tracked, {"name": "n", "run": None},
+          {"name": [3, ""], "run": [3, "run"], "metrics": [3, "loss", [3]], "trace": "flag", "root": "path"}),
+        C("capstone.recipe_challenge", course.recipe_challenge, {"name": "n", "recipe": None, "data": d, "baseline": rr},
+          {"name": [3, ""], "recipe": [3, "fp32", {"batch_size": 64}], "data": [3, None, "digits"],
+           "baseline": [3, None, "x"], "speedup": [0, -1.0, nan, inf, "5", True],
+           "accuracy_tolerance": [-0.1, 1.0, nan, "0.01"], "epochs": [0, -1, 2.5, "3"], "device": "device",
+           "compare_s": [-1.0, nan, inf, "1"], "not_from": [3, "table"]}),
+        C("lesson.predict", course.predict, {"key": "sweep k", "value": 1.0},
+          {"key": [3, "", None], "value": [[1], nan, True], "unit": [3], "note": [3]}),
+        C("lesson.versus_prediction", course.versus_prediction, {"key": "sweep k", "measured": 1.0},
+          {"key": [3, ""], "measured": [[1], {}], "unit": [3], "tolerance": [-0.1, nan, "0.1"], "noisy": "flag"}),
+        C("lesson.compare_predictions", course.compare_predictions, {"measured": {"sweep k": 1.0}},
+          {"measured": [3, "k", ["k"], {3: 1.0}], "unit": [3], "tolerance": [-0.1, nan, "0.1"], "noisy": "flag",
+           "title": "text"}),
+        C("lesson.narrate", course.narrate, {"cpu": "a {x}", "cuda": "b {x}", "x": 1.0},
+          {"cpu": [3, None], "cuda": [3, None], "mps": [3], "kind": [3, "tpu"], "noisy": "flag"}),
+        C("lesson.check", course.check, {"name": "n", "got": 1.0, "expected": 1.0},
+          {"name": [3, ""], "rtol": [-0.1, nan, "0.1"], "hint": [3]}),
+        C("lesson.measured", course.measured, {"quantity": "q", "yours": 1.0, "unit": "x"},
+          {"quantity": [3, ""], "yours": [[1], True], "unit": [3], "vs": [3, "no-such-figure", [3]], "claim": [3],
+           "source": [3], "note": [3], "noisy": "flag", "digits": "count"}),
+        C("lesson.your_numbers", course.your_numbers, {"rows": [course.measured("q", 1.0, "x")]},
+          {"rows": [3, "x", [3]], "title": "text"}),
+        C("lesson.cite", lambda **k: course.cite("amp-pytorch", **k), {}, {"source": "flag"}),
+        C("lesson.by_this_course", course.by_this_course, {"figure": "gpt2_small_train_mfu_of_measured_peak"},
+          {"figure": [3, ""], "unit": [3], "root": "path"}),
+        C("lesson.setup", course.setup, {}, {"seed": [-1, 2.5, "0", True], "quiet": "flag"},
+          allow=("env", "rng")),      # its purpose: seeds every generator, sets the quiet-log variables
+        C("lesson.needs", course.needs, {"package": "mlflow", "part": "p"}, {"package": [3, "nonsense"], "part": [3, ""]}),
+        C("lesson.fsdp_runs_on_cpu", course.fsdp_runs_on_cpu, {}, {"version": [3, "x.y", ""]}),
     ]
+
+
+@functools.lru_cache(maxsize=None)
+def _table() -> Any:
+    from gpulab import course
+    return course.ablate(_fake_train, {"b": 1}, [course.Change("b2", {"b": 2})], apply=_apply)
+
+
+def _gpt_cases() -> list[Case]:
+    """Lesson 13's calls: the course's GPT (its forward, generation, windows of the text), its recipes and trainer,
+    the attention sweep, generation speed, and the SDPA backends report."""
+    import torch
+
+    from gpulab import attention, course
+
+    g, C, t = _gpt(), Case, _tensors()
+    shape, tiny = g["shape"], course.GPTRecipe(micro_batch=2)
+    ids_bad = [3, [[1, 2]], t["float_ids"], t["ids"][0], t["ids"][None], t["ids"] + 300, t["ids"] - 300, t["ids"][:, :0],
+               t["ids"].to("meta")]
+    shapes_bad = [3, "gpt2", None, g["small_vocab"], g["too_long"]]
+    recipes_bad = [3, "fp32", {"precision": "bf16"}]
+    q = t["q"]
+    return [
+        C("gpt.gpt", course.gpt, {"shape": shape}, {"shape": [3, "gpt2", None, {"layers": 1}], "manual_attention": "flag"},
+          allow=("rng",)),       # its purpose: weights drawn from torch's generator, as torch.manual_seed(0) then set
+
+        C("gpt.forward", lambda **k: g["model"](**k), {"idx": t["ids"], "targets": t["ids"]},
+          {"idx": ids_bad, "targets": [3, t["float_ids"], t["ids"][:, :5], t["ids"] + 300, t["ids"] - 300],
+           "start": [-1, 2.5, "0", 1000], "caches": [3, "x", [[]] * 5, [[1, 2, 3]]]}),
+        C("gpt.generate", course.generate, {"model": g["model"], "prompt": t["ids"][:, :4], "new_tokens": 2},
+          {"model": [3, "gpt", None, torch.nn.Linear], "prompt": ids_bad, "new_tokens": [*KINDS["count"], 10**6],
+           "kv_cache": "flag"}),
+        C("gpt.token_batch", course.token_batch,
+          {"tokens": g["text"], "batch": 2, "seq_len": 8, "generator": torch.Generator().manual_seed(0)},
+          {"tokens": [3, [1, 2, 3], t["float_ids"][0], t["ids"], g["text"][:5]], "batch": "count",
+           "seq_len": [*KINDS["count"], 10**9], "generator": [3, "g"], "device": "device"}),
+        C("gpt.GPTRecipe", course.GPTRecipe, {},
+          {"precision": ["fp8", 3, None], "fused": "flag", "compile": "flag", "checkpoint": "flag",
+           "micro_batch": "count", "accumulation": "count", "lr": [0, -1.0, 1.5, nan, inf, "0.1", True]}),
+        C("gpt.train_gpt", course.train_gpt, {"shape": shape, "recipe": tiny, "steps": 2, "device": "cpu",
+                                             "eval_windows": 2},
+          {"shape": shapes_bad, "recipe": recipes_bad, "steps": "count", "device": "device",
+           "seed": [-1, 2.5, "0", nan, True], "eval_windows": "count", "run": [3, "run"]}, limit_s=60),
+        C("gpt.gpt_stepper", course.gpt_stepper, {"shape": shape, "recipe": tiny, "device": "cpu"},
+          {"shape": shapes_bad, "recipe": recipes_bad, "device": "device", "seed": [-1, 2.5, "0", nan]}),
+        C("gpt.gpt_changes", course.gpt_changes, {"shape": shape, "device": "cpu"},
+          {"shape": shapes_bad, "device": "device", "compile_on_cpu": "flag"}),
+        C("gpt.micro_batches_that_fit", course.micro_batches_that_fit,
+          {"shape": shape, "recipe": course.GPTRecipe(micro_batch=1), "device": "cpu", "up_to": 2},
+          {"shape": shapes_bad, "recipe": recipes_bad, "device": "device", "up_to": "count"}, limit_s=60),
+        C("gpt.gpt_ablation", course.gpt_ablation,
+          {"shape": shape, "tokens": 256, "baseline": tiny, "device": "cpu", "accuracy_seeds": 0, "compare_s": 0},
+          {"shape": shapes_bad, "tokens": "count", "baseline": recipes_bad, "device": "device",
+           "compile_on_cpu": "flag", "accuracy_tolerance": [-0.1, 1.0, 5, nan, "0.01"],
+           "accuracy_seeds": [-1, 2.5, "2"], "compare_s": [-1.0, nan, inf, "1"],
+           "price_per_hour": [0, -1.0, nan, inf, "no-such-price", True, []], "track": [3, "x"]}, limit_s=120),
+        C("gpt.gpt_challenge", course.gpt_challenge, {"name": "faster", "shape": shape, "yours": None, "device": "cpu"},
+          {"name": [3, "", None], "shape": shapes_bad, "yours": recipes_bad, "baseline": recipes_bad,
+           "speedup": [0, -1.0, nan, inf, "1.5", True], "tokens": "count",
+           "accuracy_tolerance": [-0.1, 1.0, 5, nan, "0.02"], "min_run_time": "pos", "device": "device"}),
+        C("gpt.attention_sweep", course.attention_sweep,
+          {"seq_lens": [16, 32], "batch": 1, "heads": 2, "head_dim": 8, "min_run_time": 0.01, "device": "cpu"},
+          {"seq_lens": [3, "128", [], [0], [2.5], None], "batch": "count", "heads": "count", "head_dim": "count",
+           "dtype": [3, "float16", torch.int64], "device": "device", "min_run_time": "pos"}),
+        C("gpt.generation_speed", course.generation_speed,
+          {"model": g["model"], "prompt_len": 4, "new_tokens": 4, "batches": (1,), "repeats": 1},
+          {"model": [3, "gpt", None, torch.nn.Linear(2, 2)], "prompt_len": [*KINDS["count"], 10**6],
+           "new_tokens": "count", "batches": [3, "1", [], [0], [2.5]], "repeats": "count", "device": "device"}),
+        C("attention.sdpa_backends", attention.sdpa_backends, {"q": q, "k": q, "v": q},
+          {"q": [3, None, q.numpy(), q.long(), q[0, 0], q[:, :, :0], q.to("meta")],
+           "k": [q.double(), t["k_dim"], t["k_heads"]], "v": [t["v_len"], 3], "fn": [3, "fn", _no_sdpa],
+           "attn_mask": [3, t["mask_shape"], t["mask_long"]], "is_causal": ["yes", 1], "dropout_p": [2.0, -0.1, "0.1"],
+           "scale": [nan, "1"], "enable_gqa": ["yes"], "nonsense": [1]}),
+        C("attention.sdpa_backends(is_causal)", attention.sdpa_backends, {"q": q, "k": q, "v": q, "is_causal": True},
+          {"attn_mask": [t["mask_ok"]]}),
+        C("attention.sdpa_backend", attention.sdpa_backend, {"q": q, "k": q, "v": q},
+          {"q": [3, q.long(), q[0, 0]], "k": [q.double(), t["k_dim"]], "v": [t["v_len"]], "fn": [3, _no_sdpa]}),
+        C("attention.own_reasons", attention.own_reasons, {"backend": "flash", "messages": []},
+          {"backend": [3, "flash2", None, ["flash"]], "messages": [3, "text", [3]]}),
+    ]
+
+
+@functools.lru_cache(maxsize=None)
+def _gpt() -> dict[str, Any]:
+    """A tiny GPT (made without drawing from the global generator), the course's text, and shapes it cannot train."""
+    import torch
+
+    from gpulab import course
+    from gpulab.transformer import TransformerShape
+
+    shape = TransformerShape(layers=1, d_model=32, heads=2, seq_len=32, vocab=256)
+    with torch.random.fork_rng(devices=[]):
+        model = course.gpt(shape).eval()
+    return {"shape": shape, "model": model, "text": course.text_tokens(),
+            "small_vocab": TransformerShape(layers=1, d_model=32, heads=2, seq_len=32, vocab=100),
+            "too_long": TransformerShape(layers=1, d_model=32, heads=2, seq_len=10**6, vocab=256)}
+
+
+@functools.lru_cache(maxsize=None)
+def _tensors() -> dict[str, Any]:
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 256, (2, 16), generator=gen)
+    q = torch.randn(1, 2, 16, 8, generator=gen)
+    return {"ids": ids, "float_ids": ids.float(), "q": q, "k_dim": torch.randn(1, 2, 16, 4, generator=gen),
+            "k_heads": torch.randn(1, 3, 16, 8, generator=gen), "v_len": torch.randn(1, 2, 10, 8, generator=gen),
+            "mask_shape": torch.ones(3, 3, dtype=torch.bool), "mask_long": torch.ones(16, 16, dtype=torch.long),
+            "mask_ok": torch.ones(16, 16, dtype=torch.bool)}
+
+
+def _no_sdpa(q: Any, k: Any, v: Any, **kw: Any) -> Any:
+    """A fn for the SDPA report that never calls SDPA."""
+    return q @ k.transpose(-2, -1) @ v
 
 
 def _installed(*names: str) -> bool:

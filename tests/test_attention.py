@@ -35,7 +35,7 @@ def test_the_backend_is_the_dispatched_operator():
         return torch.ops.aten._scaled_dot_product_attention_math(q, k, v, **kw)[0]
 
     assert sdpa_backend(Q, Q, Q, fn=math_only) == "math"
-    with pytest.raises(RuntimeError, match="no SDPA operator ran"):
+    with pytest.raises(ValueError, match="fn ran no SDPA operator"):
         sdpa_backend(Q, Q, Q, fn=lambda q, k, v: q @ k.transpose(-2, -1) @ v)
 
 
@@ -177,3 +177,44 @@ def test_a_backend_turned_off_for_every_call_is_named_as_such(monkeypatch):
     assert report.default == "flash" and report.priority_basis == "torch" and report.disallowed == ("cudnn",)
     assert report.reasons["cudnn"] is None                      # tried alone, it runs
     assert "the first that runs these inputs (cudnn turned off) in torch's priority order" in report.chosen_because
+
+
+# ---- bad input: named before any backend runs ------------------------------------------------------------------------
+def _t(*shape, **kw):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(0), **kw)
+
+
+@pytest.mark.parametrize("q,k,v,kw,kind,match", [
+    ([1], Q, Q, {}, TypeError, "q must be a torch tensor of shape"),
+    (Q.long(), Q, Q, {}, TypeError, "q must be a floating-point tensor"),
+    (Q[0, 0], Q[0, 0], Q[0, 0], {}, ValueError, r"q must have shape \(batch, heads, seq_len, head_dim\)"),
+    (Q[:, :, :0], Q, Q, {}, ValueError, "q is empty"),
+    (Q, Q.double(), Q, {}, ValueError, "q, k and v must share one dtype"),
+    (Q.to("meta"), Q, Q, {}, ValueError, "q, k and v must be on one device"),
+    (Q, _t(1, 2, 32, 4), Q, {}, ValueError, "k's head_dim"),
+    (Q, Q, _t(1, 2, 10, 16), {}, ValueError, "v must hold one value per key"),
+    (Q, _t(1, 3, 32, 16), _t(1, 3, 32, 16), {}, ValueError, "leading dimensions.*enable_gqa=True"),
+    (_t(1, 4, 16, 8), _t(1, 3, 16, 8), _t(1, 3, 16, 8), {"enable_gqa": True}, ValueError, "a divisor of q's 4"),
+    (Q, Q, Q, {"attn_mask": torch.ones(3, 3, dtype=torch.bool)}, ValueError, r"attn_mask of shape \(3, 3\)"),
+    (Q, Q, Q, {"attn_mask": torch.ones(32, 32, dtype=torch.long)}, TypeError, "attn_mask must be bool"),
+    (Q, Q, Q, {"attn_mask": torch.ones(32, 32, dtype=torch.bool), "is_causal": True}, ValueError, "two masks"),
+    (Q, Q, Q, {"is_causal": "yes"}, TypeError, "is_causal must be True or False"),
+    (Q, Q, Q, {"dropout_p": 2.0}, ValueError, r"dropout_p must be a probability in \[0, 1\)"),
+    (Q, Q, Q, {"scale": float("nan")}, ValueError, "scale must be a finite number"),
+    (Q, Q, Q, {"nonsense": 1}, TypeError, r"takes no keyword\(s\) \['nonsense'\]"),
+    (Q, Q, Q, {"fn": 3}, TypeError, "fn must be a callable")])
+def test_bad_inputs_are_named_before_any_backend_runs(q, k, v, kw, kind, match):
+    for report in (sdpa_backends, sdpa_backend):
+        with pytest.raises(kind, match=match):
+            report(q, k, v, **kw)
+
+
+def test_inputs_sdpa_takes_are_still_reported():
+    mask = torch.ones(32, 32, dtype=torch.bool).tril()
+    assert sdpa_backends(Q, Q, Q, attn_mask=mask).default in BACKENDS
+    assert sdpa_backends(Q, Q, Q, attn_mask=torch.zeros(1, 2, 32, 32)).default in BACKENDS
+    assert sdpa_backends(_t(1, 4, 16, 8), _t(1, 2, 16, 8), _t(1, 2, 16, 8), enable_gqa=True).default in BACKENDS
+    assert sdpa_backends(Q[0], Q[0], Q[0]).default in BACKENDS                           # (batch, seq_len, head_dim)
+    assert sdpa_backends(Q, _t(1, 2, 20, 16), _t(1, 2, 20, 4)).default in BACKENDS         # keys other than queries
+    with pytest.raises(ValueError, match="backend must be one of"):
+        own_reasons("flash2", [])

@@ -53,13 +53,15 @@ def test_each_valid_call_of_the_sweep_works_and_leaves_the_process_as_it_found_i
 
 
 # the modules whose every public call is swept, beyond gpulab's face
-MODULES = ("tracking", "compiling", "kernels", "limits", "streams", "profiling", "course.capstone", "course.ablation")
+MODULES = ("tracking", "compiling", "kernels", "limits", "streams", "profiling", "course.capstone", "course.ablation",
+           "course.gpt", "course.gpt_train", "course.generation", "attention")
 NOT_CALLS = {"compiled_graphs", "forget_limits", "cuda_build_support", "seed_model",   # no arguments to get wrong
              "TrackedRun", "RunTable", "UICommands", "CompileReport", "Exported", "GraphBreaks", "OnnxModel",
              "KernelBackend", "KernelCheck", "Traffic", "Tuning", "KernelPoint", "KernelRoofline", "BuildSupport",
              "Extension", "MachineLimits", "StepMatmuls", "Span", "StreamTimeline", "ProfileSummary", "OpStat",
              "DeviceCheck", "ProfileComparison", "StepRoofline", "Attribution", "NsightCommands", "TFProfile", "RecipeRun",
-             "AblationStep", "Ablation",                                         # results, made by the calls
+             "AblationStep", "Ablation", "GPTRun", "GenerationRow", "GenerationSpeed", "SdpaReport",
+             "text_tokens",                                                      # results, made by the calls
              "check_device_events", "diagnose_profile", "step_roofline",         # fed by gl.profile's own results
              "nvtx_capture", "tf_profile", "Run"}                                # swept as track() and Run.<method>
 

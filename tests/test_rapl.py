@@ -172,3 +172,37 @@ def test_a_counter_that_never_advances_gives_no_figure_never_zero(powercap, monk
     assert e.joules is None and "did not advance" in e.reason
     only_dram = RaplMeter(RaplStatus((RaplZone("package-0/dram", powercap, WRAP),))).start()
     assert only_dram.package_joules() is None and "no RAPL package zone" in only_dram.problem
+
+
+def test_a_counter_file_that_holds_no_number_is_named_and_not_blamed_on_permissions(powercap):
+    """A file that reads but holds text (a driver's error string, an empty file) is no counter: the reason names the
+    file and says so; root-only and the chmod advice are for a real permission error alone."""
+    from gpulab.diagnosis import energy_diagnoses
+
+    for zone in (powercap / "intel-rapl:0", powercap / "intel-rapl:0" / "intel-rapl:0:0", powercap / "intel-rapl:1"):
+        (zone / "energy_uj").write_text("N/A\n")
+    status = rapl_zones(powercap)
+    assert not status.readable and status.unreadable == ()
+    assert f"{powercap / 'intel-rapl:0' / 'energy_uj'} holds 'N/A', which is not a counter" in status.reason
+    assert "package-1" in status.reason and "not measurable here" in status.reason
+    assert "root only" not in status.reason and "chmod" not in status.reason
+    assert energy_diagnoses("cpu", status, None)[0].fix == ""                 # no chmod for a file that reads
+
+
+def test_only_a_permission_error_gets_the_chmod_advice(powercap, monkeypatch):
+    real = Path.read_text
+
+    def read_text(self, *a, **k):
+        if self.name == "energy_uj" and self.parent.name == "intel-rapl:0":
+            raise PermissionError(13, "Permission denied", str(self))
+        if self.name == "energy_uj" and self.parent.name == "intel-rapl:1":
+            raise OSError(61, "No data available", str(self))
+        return real(self, *a, **k)
+
+    (powercap / "intel-rapl:0" / "intel-rapl:0:0" / "energy_uj").write_text("\n")
+    monkeypatch.setattr(Path, "read_text", read_text)
+    status = rapl_zones(powercap)
+    assert status.unreadable == ("package-0",) and "readable by root only" in status.reason and "chmod" in status.reason
+    assert "package-1: " in status.reason and "could not be read (No data available)" in status.reason
+    assert "holds '', which is not a counter" in status.reason
+    assert len(status.broken) == 2

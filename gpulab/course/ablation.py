@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
@@ -68,7 +69,69 @@ class Change:
         flag("branch", self.branch)
         flag("one_off", self.one_off)
         text("retry_of", self.retry_of)
+        if isinstance(self.fields, Mapping) and (self.fields or self.available):
+            _fields(f"fields of {self.label!r}", self.fields)
+        elif callable(self.fields):
+            _takes(f"fields of {self.label!r}", self.fields, 1, "the current recipe")
 
+
+
+def _takes(name: str, fn: Any, n: int, what: str) -> None:
+    """``fn`` can be called with ``n`` positional arguments (``what``), where Python can tell before calling it."""
+    import inspect
+
+    try:
+        inspect.signature(fn).bind(*[None] * n)
+    except TypeError:
+        raise TypeError(f"{name} must be a function of {n} argument{'s' if n > 1 else ''} ({what}), got {fn!r:.60}") \
+            from None
+    except ValueError:                 # a builtin without a signature: its call will tell
+        pass
+
+
+def _fields(name: str, value: Any) -> Mapping[str, Any]:
+    """``value`` as the fields a change sets: a non-empty mapping from field names (texts)."""
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{name} must be a mapping of recipe fields such as {{'batch_size': 256}}, got "
+                        f"{type(value).__name__} {value!r:.60}")
+    if not value:
+        raise ValueError(f"{name} is empty: a change sets at least one recipe field, e.g. {{'batch_size': 256}}")
+    bad = [k for k in value if not isinstance(k, str)]
+    if bad:
+        raise TypeError(f"{name} must name recipe fields by text, got keys {bad!r}")
+    return value
+
+
+def _options(change: Change, recipe: Any) -> list[tuple[str, Mapping[str, Any]]]:
+    """The ``(label, fields)`` a change tries on ``recipe``: its fields, or what its function returns (fields, or
+    alternatives as ``(label, fields)`` pairs), checked."""
+    if not callable(change.fields):
+        return [(change.label, change.fields)]
+    got, name = change.fields(recipe), f"the fields function of {change.label!r}"
+    if isinstance(got, Mapping):
+        return [(change.label, _fields(f"what {name} returned", got))]
+    if isinstance(got, (str, bytes)) or not isinstance(got, (list, tuple)) or not all(
+            isinstance(o, tuple) and len(o) == 2 and isinstance(o[0], str) and o[0].strip() for o in got):
+        raise TypeError(f"{name} must return the fields (a mapping) or alternatives, a list of (label, fields) pairs, "
+                        f"got {got!r:.80}")
+    return [(f"{change.label}: {label}", _fields(f"the fields of {label!r} from {name}", f)) for label, f in got]
+
+
+def _returned(name: str, value: Any, label: str, kind: Any, what: str) -> Any:
+    """What a function given to :func:`ablate` returned for step ``label``, checked as ``kind``."""
+    if not isinstance(value, kind):
+        raise TypeError(f"{name} returned {type(value).__name__} {value!r:.60} for {label!r}: it must return {what}")
+    return value
+
+
+def _paired(got: Any, label: str) -> tuple[float, float]:
+    """``compare``'s ``(gain, spread %)``: a positive finite gain and a finite spread >= 0."""
+    ok = isinstance(got, tuple) and len(got) == 2 and all(
+        isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x) for x in got)
+    if not ok or got[0] <= 0 or got[1] < 0:
+        raise ValueError(f"compare(current, candidate) returned {got!r:.60} for {label!r}: it must return (gain, "
+                         "spread %), a finite gain > 0 (candidate over current) and a finite spread >= 0")
+    return float(got[0]), float(got[1])
 
 
 def _decide(current: AblationStep, got: AblationStep, floor: float | None, min_gain: float,
@@ -138,6 +201,12 @@ def ablate(train: Callable[[Any, Any], Any], baseline: Any, changes: Sequence[Ch
     for name, fn in (("compare", compare), ("rerun", rerun)):
         if fn is not None and not callable(fn):
             raise TypeError(f"{name} must be a function or None, got {fn!r}")
+    for name, fn, n, what in (("train", train, 2, "recipe, run"), ("apply", apply, 2, "recipe, fields"),
+                              ("describe", describe, 1, "recipe"), ("params", params, 1, "recipe"),
+                              ("ceiling", ceiling, 1, "recipe"), ("compare", compare, 2, "current, candidate"),
+                              ("rerun", rerun, 2, "recipe, seed")):
+        if fn is not None:
+            _takes(name, fn, n, what)
     if baseline is None:
         raise ValueError("baseline is None: pass the recipe every change starts from")
     price = None
@@ -162,6 +231,15 @@ def ablate(train: Callable[[Any, Any], Any], baseline: Any, changes: Sequence[Ch
     for c in changes:
         if not isinstance(c, Change):
             raise TypeError(f"changes must be course.Change objects, got {c!r}")
+    labels = [baseline_label, *(c.label for c in changes)]
+    twice = sorted({x for x in labels if labels.count(x) > 1})
+    if twice:
+        raise ValueError(f"changes must have labels of their own, each apart from baseline_label={baseline_label!r}: "
+                         f"{twice} repeated (each is a row of the table)")
+    for i, c in enumerate(changes):
+        if c.retry_of and c.retry_of not in [e.label for e in changes[:i]]:
+            raise ValueError(f"retry_of={c.retry_of!r} of change {c.label!r} is not the label of an earlier change: "
+                             f"pass one of {[e.label for e in changes[:i]]}")
 
     def measure(label: str, recipe: Any, decision: str) -> AblationStep:
         run_id = None
@@ -187,10 +265,15 @@ def ablate(train: Callable[[Any, Any], Any], baseline: Any, changes: Sequence[Ch
         _check_result(label, result, decision == "baseline")
         run_id = run.record.run_id if run is not None else None
         c = ceiling(recipe)
+        if c is not None and not (isinstance(c, tuple) and len(c) == 2 and isinstance(c[0], str)):
+            raise TypeError(f"ceiling returned {c!r:.60} for {label!r}: it must return (dtype, FLOP/s), e.g. "
+                            "('float32', 1.2e12), or None")
         jps = getattr(result, "joules_per_sample", None)
         jps = float(jps) if jps is not None and math.isfinite(jps) else None
         note = getattr(result, "energy_source", None) if jps is not None else getattr(result, "energy_reason", None)
-        return AblationStep(label, describe(recipe), dict(params(recipe)), decision, "",
+        return AblationStep(label, _returned("describe", describe(recipe), label, str, "a text"),
+                            dict(_returned("params", params(recipe), label, Mapping, "a mapping of the recipe's fields")),
+                            decision, "",
                             float(result.samples_per_s),
                             None if result.spread_pct is None else float(result.spread_pct), result.test_accuracy,
                             result.peak_memory_bytes, result.flops_per_sample, c[0] if c else None,
@@ -231,16 +314,14 @@ def ablate(train: Callable[[Any, Any], Any], baseline: Any, changes: Sequence[Ch
             if why_not:
                 steps.append(AblationStep(change.label, "", {}, "not tried", why_not))
                 continue
-        fields = change.fields(recipe) if callable(change.fields) else change.fields
-        options = [(change.label, fields)] if isinstance(fields, Mapping) else \
-            [(f"{change.label}: {name}", f) for name, f in fields]
+        options = _options(change, recipe)
         start = len(steps)
         if not options:
             steps.append(AblationStep(change.label, "", {}, "not tried", change.why_not or "nothing to try"))
         for label, f in options:
-            candidate = apply(recipe, f)
+            candidate = _applied(apply, recipe, f, label)
             got = measure(label, candidate, "dropped")
-            paired = compare(recipe, candidate) if compare is not None else None
+            paired = _paired(compare(recipe, candidate), label) if compare is not None else None
             keep, gain, why = _decide(current, got, floor, min_gain, paired)
             if change.one_off:
                 got = _one_off(current, got, gain)
@@ -254,12 +335,23 @@ def ablate(train: Callable[[Any, Any], Any], baseline: Any, changes: Sequence[Ch
                 break
         tried[change.label] = (any(s.decision == "kept" for s in steps[start:]), sum(s.decision == "kept" for s in steps))
     for change in branches:
-        fields = change.fields(recipe) if callable(change.fields) else change.fields
-        got = measure(change.label, apply(recipe, fields), "branch")
+        options = _options(change, recipe)
+        if not options:
+            steps.append(AblationStep(change.label, "", {}, "not tried", change.why_not or "nothing to try"))
+            continue
+        got = measure(change.label, _applied(apply, recipe, options[0][1], change.label), "branch")
         gain = got.samples_per_s / current.samples_per_s
         steps.append(replace(got, gain=gain, reason=f"{gain:.2f}x the final recipe" + (f"; {change.why}" if change.why else "")))
     return Ablation(title, tuple(steps), device, epochs, accuracy_tolerance, price=price,
                     device_name=_device_name(device) if price is not None else "")
+
+
+def _applied(apply: Callable[[Any, Mapping[str, Any]], Any], recipe: Any, fields: Mapping[str, Any], label: str) -> Any:
+    candidate = apply(recipe, fields)
+    if candidate is None:
+        raise TypeError(f"apply(recipe, fields) returned None for {label!r}: it must return the changed recipe (e.g. "
+                        "dataclasses.replace(recipe, **fields)), not change it in place")
+    return candidate
 
 
 def _check_result(label: str, result: Any, baseline: bool) -> None:
@@ -276,6 +368,21 @@ def _check_result(label: str, result: Any, baseline: bool) -> None:
     if acc is not None and math.isfinite(acc) and not 0.0 <= acc <= 1.0:
         raise ValueError(f"train's result for {label!r} has test_accuracy={acc!r}: a fraction from 0 to 1 "
                          f"(0.9 for 90%), or None")
+    for name, low, kinds in (("spread_pct", "a finite number >= 0", (numbers.Real,)),
+                             ("peak_memory_bytes", "a whole number of bytes >= 0", (numbers.Integral,)),
+                             ("flops_per_sample", "a finite number > 0", (numbers.Real,)),
+                             ("joules_per_sample", "a finite number > 0 (None where energy is not measurable)",
+                              (numbers.Real,))):
+        x = getattr(result, name, None)
+        if x is not None and (isinstance(x, bool) or not isinstance(x, kinds) or not math.isfinite(x) or x < 0
+                              or (x == 0 and name in ("flops_per_sample", "joules_per_sample"))):
+            if not (name == "joules_per_sample" and isinstance(x, numbers.Real) and math.isnan(x)):
+                raise ValueError(f"train's result for {label!r} has {name}={x!r}: it must be {low}, or None")
+    times = getattr(result, "epoch_times_s", None)
+    if times and (isinstance(times, (str, bytes)) or not all(
+            isinstance(t, numbers.Real) and not isinstance(t, bool) and math.isfinite(t) and t > 0 for t in times)):
+        raise ValueError(f"train's result for {label!r} has epoch_times_s={times!r:.60}: each epoch's wall time, "
+                         "finite seconds > 0")
     if baseline and acc is not None and not math.isfinite(acc):
         raise ValueError(f"the baseline {label!r} diverged (test accuracy {acc!r}): no change can be judged against "
                          f"it; fix the baseline first (a smaller learning rate, fp32)")

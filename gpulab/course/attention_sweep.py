@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from .._check import whole
+from .._check import device_arg, positive, whole
 from .._format import TableView, fmt_bytes, fmt_seconds
 
 __all__ = ["AttentionPoint", "AttentionSweep", "attention_sweep", "manual_attention"]
@@ -125,18 +125,25 @@ def attention_sweep(seq_lens: Sequence[int], *, batch: int = 4, heads: int = 8, 
     from ..system import device as pick_device
     from ..timing import benchmark
 
-    if isinstance(seq_lens, (str, bytes)) or not isinstance(seq_lens, Sequence) or not seq_lens:
+    if isinstance(seq_lens, (str, bytes)) or not isinstance(seq_lens, Sequence):
         raise TypeError(f"seq_lens must be a list of sequence lengths, e.g. [128, 256, 512], got {seq_lens!r}")
+    if not seq_lens:
+        raise ValueError("seq_lens is empty: pass the sequence lengths to time, e.g. [128, 256, 512]")
     lens = [whole("seq_lens", t) for t in seq_lens]
     batch, heads, head_dim = whole("batch", batch), whole("heads", heads), whole("head_dim", head_dim)
-    dev = pick_device() if device is None else torch.device(device)
+    if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
+        raise TypeError(f"dtype must be a floating torch dtype (torch.float32, torch.bfloat16, torch.float16) or None, "
+                        f"got {dtype!r}")
+    positive("min_run_time", min_run_time, unit="seconds")
+    dev = pick_device(None if device_arg("device", device) is None else str(device))
     if dtype is None:
         dtype = torch.float32 if dev.type == "cpu" else choose_precision().autocast_dtype
     import torch.nn.functional as F
 
+    gen = torch.Generator(device=dev).manual_seed(0)      # inputs drawn apart from the caller's global generator
     points = []
     for t in lens:
-        q, k, v = (torch.randn(batch, heads, t, head_dim, device=dev, dtype=dtype) for _ in range(3))
+        q, k, v = (torch.randn(batch, heads, t, head_dim, device=dev, dtype=dtype, generator=gen) for _ in range(3))
         with torch.no_grad():
             manual = benchmark(manual_attention, q, k, v, label=f"written out, T={t}", device=dev,
                                min_run_time=min_run_time, warn_noisy=False, energy=False)

@@ -34,6 +34,7 @@ from typing import Any, Literal, Mapping
 from .._check import checked, whole
 from .._format import fmt_bytes, fmt_number, fmt_seconds, html_table, text_table
 from .ablation import Ablation, Change, ablate
+from .ablation_table import _fraction
 from .digits import Digits, to_features
 
 __all__ = ["KerasRecipe", "KerasRun", "train_keras_recipe", "keras_changes", "keras_ablation"]
@@ -375,6 +376,13 @@ def keras_ablation(data: Digits, *, epochs: int = 3, batch_size: int = 256, trac
         raise TypeError(f"data must be course.digits(...), got {type(data).__name__}")
     whole("epochs", epochs)
     whole("accuracy_seeds", accuracy_seeds, low=0)
+    whole("batch_size", batch_size)
+    _fraction("accuracy_tolerance", accuracy_tolerance)
+    if lr_rule not in ("linear", "sqrt"):
+        raise ValueError(f"lr_rule must be 'linear' or 'sqrt', got {lr_rule!r}")
+    if track is not None and not isinstance(track, Mapping):
+        raise TypeError(f"track must be a dict such as {{'root': 'runs', 'experiment': 'capstone-keras'}}, got "
+                        f"{type(track).__name__} {track!r:.60}")
     ks, _ = _start()
     gpu = bool(ks.tf.config.list_physical_devices("GPU"))
     device = "cuda" if gpu else "cpu"

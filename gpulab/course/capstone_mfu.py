@@ -160,6 +160,9 @@ def mfu_report(table: Ablation, label: str | None = None, *, model: Any) -> MFU:
     """
     if not isinstance(table, Ablation):
         raise TypeError(f"table must be a course ablation table (course.torch_ablation(...)), got {type(table).__name__}")
+    if label is not None and (not isinstance(label, str) or label not in [s.label for s in table.steps]):
+        raise KeyError(f"label={label!r} is not a row of the table: pass one of {[s.label for s in table.steps]}, or "
+                       "None for the final recipe")
     step = table.final if label is None else table.step(label)
     params = _params(model)
     if not step.measured or not step.flops_per_sample:

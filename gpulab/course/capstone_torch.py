@@ -15,9 +15,10 @@ import os
 from dataclasses import replace
 from typing import Any, Mapping
 
-from .._check import checked
+from .._check import checked, device_arg, flag, mapping, nbytes, positive, whole
 from ..interleaved import threads
 from .ablation import Ablation, Change, ablate
+from .ablation_table import _fraction
 from .capstone import Recipe, _tf32, keep_rng, train_recipe
 from .capstone_data import features
 from .digits import Digits
@@ -228,9 +229,20 @@ def torch_ablation(data: Digits, *, epochs: int = 3, device: Any = None, batch_s
     from ..cost import hourly_price
     from ..system import device as pick_device
 
+    if not isinstance(data, Digits):              # every argument fails here, before minutes of training
+        raise TypeError(f"data must be course.digits(...), got {type(data).__name__} {data!r:.60}")
+    whole("epochs", epochs), whole("batch_size", batch_size), flag("compile_on_cpu", compile_on_cpu)
+    _fraction("accuracy_tolerance", accuracy_tolerance), whole("accuracy_seeds", accuracy_seeds, low=0)
+    positive("compare_s", compare_s, allow_zero=True, unit="seconds (0: no interleaved timing)")
+    if budget is not None:
+        nbytes("budget", budget, low=1)
+    if disk_images is not None:
+        whole("disk_images", disk_images)
+    if track is not None:
+        mapping("track", track, example="{'root': 'runs', 'experiment': 'capstone-torch'}")
     if price_per_hour is not None:
-        hourly_price(price_per_hour)              # a bad price fails before minutes of training
-    dev = pick_device(None if device is None else str(device))
+        hourly_price(price_per_hour)
+    dev = pick_device(None if device_arg("device", device) is None else str(device))
     changes = torch_changes(data, device=dev, batch_size=batch_size, compile_on_cpu=compile_on_cpu, budget=budget)
     disk = data.take(disk_images) if disk_images and disk_images < data.n_train else data
 

@@ -103,8 +103,10 @@ def check(name: str, got: Any, expected: Any, *, rtol: float = 0.02, hint: str =
     """
     if not isinstance(name, str) or not name:
         raise TypeError(f"name must be a non-empty text naming the exercise, got {name!r}")
-    if not isinstance(rtol, (int, float)) or isinstance(rtol, bool) or rtol < 0:
-        raise ValueError(f"rtol must be a relative tolerance >= 0, got {rtol!r}")
+    if not isinstance(rtol, (int, float)) or isinstance(rtol, bool) or not 0 <= rtol < float("inf"):
+        raise ValueError(f"rtol must be a relative tolerance, a finite number >= 0, got {rtol!r}")
+    if not isinstance(hint, str):
+        raise TypeError(f"hint must be a text (how to get there), got {hint!r}")
     if got is None:
         return NotAnswered(name)
     if not _close(got, expected, rtol):

@@ -127,9 +127,9 @@ def digits(n_train: int | None = None, n_test: int | None = None, *, seed: int =
     within ``timeout_s``). Offline, or with ``download=False``, a stand-in of the same shape is generated
     (``source == "synthetic"``; one warning line says why), so every lesson cell still runs.
     """
-    for name, value in (("n_train", n_train), ("n_test", n_test)):
-        if value is not None:
-            whole(name, value)
+    for name, value, most in (("n_train", n_train, 60_000), ("n_test", n_test, 10_000)):
+        if value is not None and whole(name, value) > most:     # before a stand-in of that many images is made
+            raise ValueError(f"{name}={value} is more than the {most:,} images MNIST has: ask for at most {most:,}")
     whole("seed", seed, low=0)
     flag("download", download)
     positive("timeout_s", timeout_s, unit="seconds")

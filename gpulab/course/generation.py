@@ -17,9 +17,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from .._check import whole
+from .._check import device_arg, whole
 from .._format import TableView, fmt_bytes, fmt_number, fmt_seconds
 from .gpt import generate
+from .gpt_checks import model_arg
 
 __all__ = ["GenerationRow", "GenerationSpeed", "generation_speed"]
 
@@ -87,17 +88,29 @@ def generation_speed(model: Any, *, prompt_len: int = 32, new_tokens: int = 64, 
     the bytes the cache holds at the end against the count."""
     import torch
 
+    model_arg("model", model)
     prompt_len, new_tokens, repeats = whole("prompt_len", prompt_len), whole("new_tokens", new_tokens), whole(
         "repeats", repeats)
-    if isinstance(batches, (str, bytes)) or not isinstance(batches, Sequence) or not batches:
+    if isinstance(batches, (str, bytes)) or not isinstance(batches, Sequence):
         raise TypeError(f"batches must be a list of batch sizes, e.g. (1, 4, 16), got {batches!r}")
+    if not batches:
+        raise ValueError("batches is empty: pass the batch sizes to time, e.g. (1, 4, 16)")
     sizes = [whole("batches", b) for b in batches]
-    dev = next(model.parameters()).device if device is None else torch.device(device)
     shape = model.shape
+    if prompt_len + new_tokens > shape.seq_len:
+        raise ValueError(f"prompt_len ({prompt_len}) + new_tokens ({new_tokens}) exceed the model's context of "
+                         f"{shape.seq_len}: pass at most {shape.seq_len} tokens in all")
+    where = next(model.parameters()).device
+    if device_arg("device", device) is not None and torch.device(device) != where and not (
+            torch.device(device).type == where.type and torch.device(device).index is None):
+        raise ValueError(f"device={device!r} but the model is on {where}: move the model (model.to(...)) or leave "
+                         "device=None")
+    dev = where
     model.eval()
+    gen = torch.Generator().manual_seed(0)        # prompts drawn apart from the caller's global generator
     rows = []
     for b in sizes:
-        prompt = torch.randint(0, shape.vocab, (b, prompt_len), device=dev)
+        prompt = torch.randint(0, shape.vocab, (b, prompt_len), generator=gen).to(dev)
         best = {}
         for cache in (True, False):
             times = []

@@ -25,7 +25,9 @@ import inspect
 import pkgutil
 from typing import Any
 
+from .._check import device_arg, flag, whole
 from ..transformer import TransformerShape
+from .gpt_checks import ids, model_arg, same_device, shape_arg, token_text
 
 __all__ = ["gpt", "text_tokens", "token_batch", "generate"]
 
@@ -92,9 +94,8 @@ def _classes() -> tuple[type, type]:
                 nn.init.zeros_(m.bias)
 
         def forward(self, idx: Any, targets: Any = None, caches: list | None = None, start: int = 0) -> Any:
+            _check_forward(self, idx, targets, caches, start)
             t = idx.shape[1]
-            if start + t > self.shape.seq_len:
-                raise ValueError(f"{start + t} tokens exceed the model's context of {self.shape.seq_len}")
             x = self.wte(idx) + self.wpe(torch.arange(start, start + t, device=idx.device))
             for i, blk in enumerate(self.blocks):
                 x = blk(x, None if caches is None else caches[i])
@@ -109,9 +110,40 @@ def gpt(shape: TransformerShape, *, manual_attention: bool = False) -> Any:
     """The course's GPT of ``shape`` (a :class:`~gpulab.transformer.TransformerShape`), GPT-2's initialisation.
     ``manual_attention=True`` writes softmax(QK^T)V out (the T x T scores held in memory) instead of calling
     ``scaled_dot_product_attention``."""
-    if not isinstance(shape, TransformerShape):
-        raise TypeError(f"shape must be a gpulab.transformer.TransformerShape, got {type(shape).__name__} {shape!r:.60}")
-    return _classes()[0](shape, bool(manual_attention))
+    shape_arg("shape", shape)
+    return _classes()[0](shape, flag("manual_attention", manual_attention))
+
+
+def _check_forward(model: Any, idx: Any, targets: Any, caches: Any, start: Any) -> None:
+    """The forward's arguments, before any work: ``idx`` and ``targets`` token ids of the same ``(batch, tokens)``
+    shape on the model's device, ``start`` a position, ``caches`` one ``[]`` or ``[K, V]`` per block that holds the
+    ``start`` tokens before ``idx`` (then one token at a time), the whole inside the model's context."""
+    s = model.shape
+    ids("idx", idx, s.vocab)
+    same_device("idx", idx, model)
+    start = whole("start", start, low=0)
+    if targets is not None:
+        ids("targets", targets, s.vocab)
+        if tuple(targets.shape) != tuple(idx.shape):
+            raise ValueError(f"targets must have idx's shape {tuple(idx.shape)} (the next token of each), got "
+                             f"{tuple(targets.shape)}")
+        same_device("targets", targets, model)
+    if caches is not None:
+        if not isinstance(caches, list) or len(caches) != len(model.blocks) or not all(
+                isinstance(c, list) and len(c) in (0, 2) for c in caches):
+            raise TypeError(f"caches must be a list of {len(model.blocks)} lists, one per block ([] to start, then "
+                            f"the [K, V] it fills), got {caches!r:.80}")
+        held = {0 if not c else int(c[0].shape[2]) for c in caches}
+        batches = {int(c[0].shape[0]) for c in caches if c}
+        if len(held) != 1 or held.pop() != start or batches - {idx.shape[0]}:
+            raise ValueError(f"caches hold the tokens before idx: start={start} must be the number of tokens they "
+                             f"hold and idx's batch ({idx.shape[0]}) theirs; pass fresh caches ([[] for _ in "
+                             "model.blocks]) with start=0")
+        if start and idx.shape[1] != 1:
+            raise ValueError(f"idx must be one new token per sequence once the caches hold tokens (start={start}), "
+                             f"got {idx.shape[1]}: a cache takes the prompt at once, then one token per step")
+    if start + idx.shape[1] > s.seq_len:
+        raise ValueError(f"start ({start}) + idx's {idx.shape[1]} tokens exceed the model's context of {s.seq_len}")
 
 
 @functools.lru_cache(maxsize=1)
@@ -145,7 +177,13 @@ def token_batch(tokens: Any, batch: int, seq_len: int, generator: Any = None, de
     as int64 tensors on ``device``."""
     import torch
 
-    if tokens.ndim != 1 or len(tokens) <= seq_len + 1:
+    token_text("tokens", tokens)
+    batch, seq_len = whole("batch", batch), whole("seq_len", seq_len)
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator (e.g. torch.Generator().manual_seed(0)) or None, got "
+                        f"{type(generator).__name__} {generator!r:.60}")
+    device_arg("device", device)
+    if len(tokens) <= seq_len + 1:
         raise ValueError(f"tokens must be a 1-D tensor longer than seq_len + 1 = {seq_len + 1}, got shape "
                          f"{tuple(tokens.shape)}")
     starts = torch.randint(0, len(tokens) - seq_len - 1, (batch,), generator=generator)
@@ -160,6 +198,10 @@ def generate(model: Any, prompt: Any, new_tokens: int, *, kv_cache: bool = True)
     per layer ``[K, V]``); without it each step runs the whole sequence again (``caches`` None)."""
     import torch
 
+    model_arg("model", model)
+    ids("prompt", prompt, model.shape.vocab, any_device=True)
+    same_device("prompt", prompt, model)
+    new_tokens, kv_cache = whole("new_tokens", new_tokens), flag("kv_cache", kv_cache)
     limit = model.shape.seq_len
     if prompt.shape[1] + new_tokens > limit:
         raise ValueError(f"prompt ({prompt.shape[1]}) + new_tokens ({new_tokens}) exceed the context of {limit}")

@@ -16,13 +16,17 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
-from .._check import whole
+from .._check import device_arg, flag, mapping, positive, text, whole
 from ..transformer import TransformerShape
 from .ablation import Ablation, Change, ablate
+from .ablation_table import _fraction
+from .capstone import keep_rng
+from .gpt_checks import fits_text, run_arg, seed_arg, shape_arg
 
 __all__ = ["GPTRecipe", "GPTRun", "train_gpt", "gpt_stepper", "gpt_changes", "gpt_ablation", "gpt_challenge",
            "micro_batches_that_fit"]
@@ -46,11 +50,13 @@ class GPTRecipe:
     lr: float = 3e-3
 
     def __post_init__(self) -> None:
-        if self.precision not in PRECISIONS:
+        if not isinstance(self.precision, str) or self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        for name in ("fused", "compile", "checkpoint"):        # "no" or 1 would switch a lever on unseen
+            flag(name, getattr(self, name))
         whole("micro_batch", self.micro_batch)
         whole("accumulation", self.accumulation)
-        if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or not 0 < self.lr < 1:
+        if isinstance(self.lr, bool) or not isinstance(self.lr, numbers.Real) or not 0 < self.lr < 1:
             raise ValueError(f"lr must be a learning rate in (0, 1), got {self.lr!r}")
 
     def describe(self) -> str:
@@ -134,8 +140,10 @@ def _blocks(shape: TransformerShape, recipe: GPTRecipe, device: Any, seed: int) 
     from .gpt import gpt
 
     guard = CompileGuard(f"GPTRecipe({recipe.describe()}), its compiled-blocks lever") if recipe.compile else None
-    torch.manual_seed(seed)
-    model = gpt(shape).to(device)
+    with keep_rng():                                  # the caller's generators are left as they were
+        torch.default_generator.manual_seed(seed)    # the CPU generator alone: the weights are made on the CPU
+        model = gpt(shape)
+    model = model.to(device)
     if recipe.checkpoint:
         for blk in model.blocks:
             forward = blk.forward
@@ -189,15 +197,40 @@ def _split(tokens: Any) -> tuple[Any, Any]:
     return tokens[:cut], tokens[cut:]
 
 
+def _recipe_arg(name: str, value: Any) -> GPTRecipe:
+    if not isinstance(value, GPTRecipe):
+        raise TypeError(f"{name} must be a course.GPTRecipe (e.g. course.GPTRecipe(precision='bf16')), got "
+                        f"{type(value).__name__} {value!r:.60}")
+    return value
+
+
+def _args(shape: Any, recipe: Any, device: Any, seed: Any = 0, *, held_out: bool = False,
+          recipe_name: str = "recipe") -> Any:
+    """``shape``, ``recipe``, ``device`` and ``seed`` checked before any work, and the windows of ``shape`` checked
+    against the course's text (the held-out tenth too, with ``held_out``); returns the torch device to run on."""
+    from ..system import device as pick_device
+    from .gpt import text_tokens
+
+    shape_arg("shape", shape)
+    if recipe is not None:
+        _recipe_arg(recipe_name, recipe)
+    device_arg("device", device)
+    seed_arg("seed", seed)
+    train, held = _split(text_tokens())
+    fits_text(shape, "course's training text", len(train))
+    if held_out:
+        fits_text(shape, "course's held-out text (the last tenth, never trained on)", len(held))
+    return pick_device(None if device is None else str(device))
+
+
 def gpt_stepper(shape: TransformerShape, recipe: GPTRecipe, *, device: Any = None, seed: int = 0) -> Any:
     """A callable running one training step of ``recipe`` on fresh weights (random windows of the course's text),
     for timing recipes against each other (:func:`gpulab.benchmark_interleaved`)."""
     import torch
 
-    from ..system import device as pick_device
     from .gpt import text_tokens, token_batch
 
-    dev = pick_device(None if device is None else str(device))
+    dev = _args(shape, recipe, device, seed)
     model, opt, scaler, guard = _blocks(shape, recipe, dev, seed)
     train, _ = _split(text_tokens())
     gen = torch.Generator().manual_seed(seed)
@@ -209,17 +242,22 @@ def train_gpt(shape: TransformerShape, recipe: GPTRecipe, *, steps: int = 20, de
               eval_windows: int = 32, run: Any = None) -> GPTRun:
     """Train a fresh GPT of ``shape`` with ``recipe`` for ``steps`` optimizer steps on the course's text (random
     windows, the same ones for every recipe with the same tokens per step and ``seed``), timing every step with the
-    device synchronised; then its loss and next-token accuracy on ``eval_windows`` held-out windows."""
+    device synchronised; then its loss and next-token accuracy on ``eval_windows`` held-out windows. The caller's
+    random generators (torch's, Python's, NumPy's) are left as they were."""
+    steps, eval_windows = whole("steps", steps), whole("eval_windows", eval_windows)
+    dev = _args(shape, recipe, device, seed, held_out=True)
+    run_arg(run)
+    with keep_rng(dev):
+        return _train_gpt(shape, recipe, steps, dev, seed, eval_windows, run)
+
+
+def _train_gpt(shape: TransformerShape, recipe: GPTRecipe, steps: int, dev: Any, seed: int, eval_windows: int,
+               run: Any) -> GPTRun:
     import torch
 
-    from ..system import device as pick_device
     from ..timing import synchronize
     from .gpt import text_tokens, token_batch
 
-    if not isinstance(shape, TransformerShape) or not isinstance(recipe, GPTRecipe):
-        raise TypeError(f"train_gpt needs a TransformerShape and a course.GPTRecipe, got {shape!r:.60}, {recipe!r:.60}")
-    steps, eval_windows = whole("steps", steps), whole("eval_windows", eval_windows)
-    dev = pick_device(None if device is None else str(device))
     model, opt, scaler, guard = _blocks(shape, recipe, dev, seed)
     train, held = _split(text_tokens())
     gen = torch.Generator().manual_seed(seed)
@@ -284,9 +322,9 @@ def gpt_changes(shape: TransformerShape, *, device: Any = None, compile_on_cpu: 
     import torch
 
     from ..precision import choose_precision
-    from ..system import device as pick_device
 
-    dev = pick_device(None if device is None else str(device))
+    dev = _args(shape, None, device)
+    flag("compile_on_cpu", compile_on_cpu)
     cuda = dev.type == "cuda"
     low = choose_precision().precision if dev.type in ("cuda", "cpu") else "fp32"
     fused_ok = cuda or tuple(int(p) for p in torch.__version__.split(".")[:2]) >= (2, 4)
@@ -331,10 +369,10 @@ def micro_batches_that_fit(shape: TransformerShape, recipe: GPTRecipe, *, device
 
     from ..memory import find_max_batch_size
     from ..reference import gpu_spec
-    from ..system import device as pick_device
     from .gpt import text_tokens, token_batch
 
-    dev = pick_device(None if device is None else str(device))
+    dev = _args(shape, recipe, device)
+    whole("up_to", up_to)
     model, opt, scaler, guard = _blocks(shape, recipe, dev, 0)
     train, _ = _split(text_tokens())
     gen = torch.Generator().manual_seed(0)
@@ -357,12 +395,12 @@ def gpt_ablation(shape: TransformerShape, *, tokens: int = 65_536, baseline: GPT
     the same ``tokens``; keep a lever when it is faster beyond the noise (its steps timed against the current recipe's,
     interleaved, for ``compare_s`` seconds) and its held-out next-token accuracy reaches the floor: the lowest the
     baseline reached over its own seed and ``accuracy_seeds`` more, less ``accuracy_tolerance``."""
-    from ..system import device as pick_device
     from .capstone_torch import _ceiling
 
-    dev = pick_device(None if device is None else str(device))
-    base = baseline or GPTRecipe()
+    dev = _args(shape, baseline, device, held_out=True, recipe_name="baseline")
+    base = GPTRecipe() if baseline is None else baseline
     whole("tokens", tokens)
+    _judging(accuracy_tolerance, compile_on_cpu, accuracy_seeds, compare_s, price_per_hour, track)
 
     def steps_for(r: GPTRecipe) -> int:
         return max(4, tokens // (r.micro_batch * r.accumulation * shape.seq_len))
@@ -394,6 +432,21 @@ def gpt_ablation(shape: TransformerShape, *, tokens: int = 65_536, baseline: GPT
                                  "next-token accuracy on held-out windows; samples = tokens",))
 
 
+def _judging(accuracy_tolerance: Any, compile_on_cpu: Any, accuracy_seeds: Any, compare_s: Any, price_per_hour: Any,
+             track: Any) -> None:
+    """:func:`gpt_ablation`'s judging arguments, checked before anything is trained or measured."""
+    _fraction("accuracy_tolerance", accuracy_tolerance)
+    flag("compile_on_cpu", compile_on_cpu)
+    whole("accuracy_seeds", accuracy_seeds, low=0)
+    positive("compare_s", compare_s, allow_zero=True, unit="seconds (0: no interleaved comparison)")
+    if price_per_hour is not None:
+        from ..cost import hourly_price
+
+        hourly_price(price_per_hour)
+    if track is not None:
+        mapping("track", track, example="{'root': 'runs', 'experiment': 'gpt'}")
+
+
 @dataclass(frozen=True)
 class _AsRecipe:
     """What the capstone's ceiling reads of a recipe: its precision, and TF32 off (the GPT recipes leave it off)."""
@@ -410,18 +463,22 @@ def gpt_challenge(name: str, shape: TransformerShape, yours: GPTRecipe | None, *
     the tokens per second and, trained on the same ``tokens``, reaches the baseline's held-out next-token accuracy less
     ``accuracy_tolerance``. A miss raises ``AssertionError`` saying by how much; ``yours=None``: not answered yet."""
     from ..interleaved import benchmark_interleaved
-    from ..system import device as pick_device
     from .checks import Challenge, NotAnswered
 
+    text("name", name, empty=False)
+    shape_arg("shape", shape)
+    base = GPTRecipe() if baseline is None else _recipe_arg("baseline", baseline)
+    if isinstance(speedup, bool) or not isinstance(speedup, numbers.Real):
+        raise TypeError(f"speedup must be a target ratio, a finite number > 0 (e.g. 1.5), got {speedup!r}")
+    if not math.isfinite(speedup) or speedup <= 0:
+        raise ValueError(f"speedup must be a target ratio, a finite number > 0 (e.g. 1.5), got {speedup!r}")
+    accuracy_tolerance = _fraction("accuracy_tolerance", accuracy_tolerance)
+    whole("tokens", tokens)
+    positive("min_run_time", min_run_time, unit="seconds")
+    dev = _args(shape, None, device, held_out=True)
     if yours is None:
         return NotAnswered(name)
-    base = baseline or GPTRecipe()
-    if not isinstance(yours, GPTRecipe) or not isinstance(base, GPTRecipe):
-        raise TypeError(f"yours must be a course.GPTRecipe (e.g. course.GPTRecipe(precision='bf16')), got {yours!r:.80}")
-    if isinstance(speedup, bool) or not isinstance(speedup, (int, float)) or speedup <= 0:
-        raise ValueError(f"speedup must be a target ratio > 0 (e.g. 1.5), got {speedup!r}")
-    whole("tokens", tokens)
-    dev = pick_device(None if device is None else str(device))
+    _recipe_arg("yours", yours)
     per = {k: r.micro_batch * r.accumulation * shape.seq_len for k, r in (("baseline", base), ("yours", yours))}
     runs = benchmark_interleaved({"baseline": gpt_stepper(shape, base, device=dev),
                                   "yours": gpt_stepper(shape, yours, device=dev)},

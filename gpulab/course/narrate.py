@@ -47,8 +47,10 @@ def narrate(*, cpu: str, cuda: str, mps: str | None = None, kind: str | None = N
         'y'
     """
     for name, text in (("cpu", cpu), ("cuda", cuda), ("mps", mps)):
-        if text is not None and not isinstance(text, str):
+        if (text is not None or name != "mps") and not isinstance(text, str):
             raise TypeError(f"{name} must be a Markdown text, got {text!r}")
+    if not isinstance(noisy, bool):
+        raise TypeError(f"noisy must be True or False, got {noisy!r}")
     if kind is None:
         from ..system import device_kind
 

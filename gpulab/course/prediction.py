@@ -161,7 +161,7 @@ def predict(key: str, value: float | str | None = None, *, unit: str = "", note:
     """
     key = _key(key)
     unit, note = _text("unit", unit, key), _text("note", note, key)
-    result = Prediction(key, _value("the prediction", value, key, allow_bool=False), unit, note)
+    result = Prediction(key, _value("value, the prediction", value, key, allow_bool=False), unit, note)
     _RECORDED[key] = result
     return result
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._check import device_arg
 from ..cost import Price, hourly_price, price_here
 
 __all__ = ["lesson_price", "describe_price"]
@@ -21,6 +22,7 @@ __all__ = ["lesson_price", "describe_price"]
 def lesson_price(price_per_hour: Any = None, device: Any = None) -> Price | None:
     """``price_per_hour`` (USD per hour, or a key of ``gl.cost.prices()``) as a :class:`~gpulab.cost.Price`; when
     None, the published price of the GPU the lesson runs on (None on a CPU or an unlisted GPU)."""
+    device_arg("device", device)
     if price_per_hour is not None:
         return hourly_price(price_per_hour)
     return price_here(device)
@@ -28,6 +30,9 @@ def lesson_price(price_per_hour: Any = None, device: Any = None) -> Price | None
 
 def describe_price(price: Price | None) -> str:
     """One line saying which price the cost columns use, or why there are none."""
+    if price is not None and not isinstance(price, Price):
+        raise TypeError(f"price must be a gl.cost.Price (from course.lesson_price(...)) or None, got "
+                        f"{type(price).__name__} {price!r:.60}")
     if price is None:
         return ("no hourly price: cost columns are left out. Set PRICE_PER_HOUR to what your machine costs per hour "
                 "(USD) to see them")

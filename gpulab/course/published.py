@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 import numbers
 import re
+from collections import abc
 from dataclasses import dataclass
 from typing import Any, Iterable, Literal, Sequence
 
@@ -140,6 +142,10 @@ def by_this_course(figure: str, *, unit: str | None = None, root: Any = None) ->
 
     if not isinstance(figure, str) or not figure:
         raise TypeError(f"figure must be a figure's name in the ledger, e.g. 'capstone_fastest_vs_seed', got {figure!r}")
+    if unit is not None and not isinstance(unit, str):
+        raise TypeError(f"unit must be a text such as 'fraction' or 'x', or None, got {unit!r}")
+    if root is not None and not isinstance(root, (str, os.PathLike)):
+        raise TypeError(f"root must be the course's folder (a path) or None, got {type(root).__name__} {root!r}")
     try:
         course = find_course(root)
     except ValueError:
@@ -285,6 +291,9 @@ def measured(quantity: str, yours: float | str | None, unit: str = "", *,
             cited.append(item)
         elif isinstance(item, Published):
             cited.append(_cited(item))
+        elif not isinstance(item, str):
+            raise TypeError(f"vs for {quantity!r} must hold keys of gl.published, Published or course.datasheet "
+                            f"figures, got {item!r:.60}")
         else:
             cited.append(_cited(_lookup(item)))
     return Measured(quantity, yours, _unit(unit), tuple(cited), claim, source, note, noisy, digits)
@@ -379,4 +388,6 @@ def your_numbers(rows: Iterable[Measured], *, title: str = "Your numbers vs publ
         raise TypeError(f"title must be a text, got {title!r}")
     if isinstance(rows, Measured):
         raise TypeError("your_numbers takes a list of rows: your_numbers([course.measured(...), ...])")
+    if isinstance(rows, (str, bytes)) or not isinstance(rows, abc.Iterable):
+        raise TypeError(f"rows must be a list of course.measured(...) rows, got {type(rows).__name__} {rows!r:.60}")
     return YourNumbers(tuple(rows), title)

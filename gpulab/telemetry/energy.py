@@ -182,6 +182,13 @@ class Energy:
         return f"<div>{html.escape(str(self))}</div>"
 
 
+def _unreadable(what: str, e: BaseException) -> str:
+    """Why a window has no figure: its counter ``what`` ("could not be read", "... again"), with the error."""
+    if isinstance(e, ValueError):
+        return f"an energy counter {what}: it gave no number ({e}), so this window has no figure"
+    return f"an energy counter {what} ({type(e).__name__}: {e}), so this window has no figure"
+
+
 def _cuda_index(device: str) -> int:
     if ":" in device:
         return int(device.split(":", 1)[1])
@@ -253,6 +260,7 @@ class EnergyMeter:
         self._power: _PowerIntegrator | None = None
         self._found, self._zones, self._counter = False, None, False    # what the device offers, found once
         self._period: CounterPeriod | None = None
+        self._window_error: str | None = None
         self.energy: Energy | None = None
 
     def __enter__(self) -> "EnergyMeter":
@@ -265,21 +273,25 @@ class EnergyMeter:
         """Read the counters now (for a GPU without one, start reading its power). What the device offers is found
         once, at the first start: a meter started again for each step costs one counter read."""
         self.energy, self._power, self._e0, self._rapl = None, None, None, None
+        self._window_error: str | None = None      # why this window's counter could not be read (it has no figure)
         if not self._found:
-            self._find()
+            try:
+                self._find()
+            except Exception as e:     # a powercap folder that cannot be listed, say: no figure, and why
+                self._found, self._reason = True, _unreadable("could not be found", e)
         if self._reason is None:
-            if self._zones is not None:
-                try:
+            try:
+                if self._zones is not None:
                     self._rapl = RaplMeter(self._zones).start()
-                except OSError as e:      # a zone gone, or its permission taken away, since it was found
-                    self._reason = f"a RAPL counter could not be read ({e})"
-            elif self._counter:
-                from . import nvml
+                elif self._counter:
+                    from . import nvml
 
-                mj = nvml.query("nvmlDeviceGetTotalEnergyConsumption", self._handle)
-                self._e0 = None if mj is None else float(mj) / 1000.0
-            else:
-                self._power = _PowerIntegrator(self._read_w).start()
+                    mj = nvml.query("nvmlDeviceGetTotalEnergyConsumption", self._handle)
+                    self._e0 = None if mj is None else float(mj) / 1000.0
+                else:
+                    self._power = _PowerIntegrator(self._read_w).start()
+            except Exception as e:    # a zone gone or unparsable, a permission taken away: this window has no figure
+                self._rapl, self._e0, self._window_error = None, None, _unreadable("could not be read", e)
         self._t0 = time.monotonic()
         return self
 
@@ -350,23 +362,24 @@ class EnergyMeter:
         readable, or a GPU whose power is integrated). Cheap: one counter read."""
         if self._t0 is None:
             raise RuntimeError("EnergyMeter.read() before start()")
-        if self._reason is not None or self._power is not None:
+        if self._reason is not None or self._power is not None or self._window_error is not None:
             return None
-        if self._rapl is not None:
-            try:
+        try:
+            if self._rapl is not None:
                 return self._rapl.package_joules()
-            except OSError:
-                return None
-        from . import nvml
+            from . import nvml
 
-        mj = nvml.query("nvmlDeviceGetTotalEnergyConsumption", self._handle)
-        return None if mj is None or self._e0 is None else max(0.0, float(mj) / 1000.0 - self._e0)
+            mj = nvml.query("nvmlDeviceGetTotalEnergyConsumption", self._handle)
+            return None if mj is None or self._e0 is None else max(0.0, float(mj) / 1000.0 - self._e0)
+        except Exception as e:    # a counter read must never stop the work it measures
+            self._window_error = _unreadable("could not be read again", e)
+            return None
 
     def part(self, joules: float | None, seconds: float) -> Energy:
         """An :class:`Energy` for part of this meter's window (e.g. the blocks of one variant, summed from
         :meth:`read` differences): this meter's source, or its reason where ``joules`` is None."""
         if joules is None:
-            why = self._reason or (self._rapl.problem if self._rapl is not None else None) or (
+            why = self._reason or self._window_error or (self._rapl.problem if self._rapl is not None else None) or (
                 "this GPU has no energy counter, and power readings are too coarse for blocks this short"
                 if self._power is not None else "no counter reading")
             return Energy(self.device, seconds, None, "", why)
@@ -380,39 +393,41 @@ class EnergyMeter:
         if self._t0 is None:
             raise RuntimeError("EnergyMeter.stop() before start(): use `with EnergyMeter(device) as m:` or m.start()")
         seconds = time.monotonic() - self._t0
-        joules, counted, why = None, True, self._reason
+        joules, counted, why = None, True, self._reason or self._window_error
         if why is None:
-            if self._rapl is not None:
-                try:
-                    joules = self._rapl.package_joules()
-                except OSError as e:   # a zone that went away or lost its permission since start()
-                    why = f"a RAPL counter could not be read again ({e})"
-                else:
-                    if joules is None:
-                        why = self._rapl.problem
-                    elif not self._rapl.advanced:     # never a measured 0 J
-                        joules, why = None, (f"the RAPL package counters did not advance in {fmt_seconds(seconds)} "
-                                             "(they update about every millisecond): a counter that does not count "
-                                             "gives no figure")
-            elif self._power is not None:
-                joules, counted = self._power.stop(), False
-                if joules is None:
-                    why = "the window was too short for two power readings"
-            else:
-                from . import nvml
-
-                mj = None if self._e0 is None else nvml.query("nvmlDeviceGetTotalEnergyConsumption", self._handle)
-                joules = None if mj is None else max(0.0, float(mj) / 1000.0 - self._e0)
-                if joules is None:
-                    why = "NVML's energy counter stopped answering"
-                elif seconds < self._counter_period().min_window_s:     # off by up to one update in either reading
-                    joules, why = None, too_short_for_the_gpu_counter("windows", period=self._period)
-                elif joules == 0:     # ten updates or more and not one joule: a counter that does not count
-                    joules, why = None, (f"NVML's energy counter did not advance in {fmt_seconds(seconds)} "
-                                         f"({self._period}): a counter that does not count gives no figure")
+            try:
+                joules, counted, why = self._window(seconds)
+            except Exception as e:    # a zone gone or unparsable since start(): no figure, never the caller's error
+                joules, why = None, _unreadable("could not be read again", e)
         self.energy = Energy(self.device, seconds, joules, self._source if joules is not None else "",
                              None if joules is not None else why, counted)
         return self.energy
+
+    def _window(self, seconds: float) -> tuple[float | None, bool, str | None]:
+        """The window's joules from the device's counter (or its integrated power), whether counted, and why none."""
+        if self._rapl is not None:
+            joules = self._rapl.package_joules()
+            if joules is None:
+                return None, True, self._rapl.problem
+            if not self._rapl.advanced:     # never a measured 0 J
+                return None, True, (f"the RAPL package counters did not advance in {fmt_seconds(seconds)} (they "
+                                    "update about every millisecond): a counter that does not count gives no figure")
+            return joules, True, None
+        if self._power is not None:
+            joules = self._power.stop()
+            return joules, False, None if joules is not None else "the window was too short for two power readings"
+        from . import nvml
+
+        mj = None if self._e0 is None else nvml.query("nvmlDeviceGetTotalEnergyConsumption", self._handle)
+        joules = None if mj is None else max(0.0, float(mj) / 1000.0 - self._e0)
+        if joules is None:
+            return None, True, "NVML's energy counter stopped answering"
+        if seconds < self._counter_period().min_window_s:     # off by up to one update in either reading
+            return None, True, too_short_for_the_gpu_counter("windows", period=self._period)
+        if joules == 0:     # ten updates or more and not one joule: a counter that does not count
+            return None, True, (f"NVML's energy counter did not advance in {fmt_seconds(seconds)} ({self._period}): "
+                                "a counter that does not count gives no figure")
+        return joules, True, None
 
     def __repr__(self) -> str:
         return f"EnergyMeter({self.device!r}{', ' + str(self.energy) if self.energy else ''})"

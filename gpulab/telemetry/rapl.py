@@ -75,6 +75,7 @@ class RaplStatus:
     reason: str | None = None
     unreadable: tuple[str, ...] = field(default=())   # zones found but not readable (permissions)
     no_range: tuple[str, ...] = field(default=())     # zones whose max_energy_range_uj is 0: a wrap cannot be added back
+    broken: tuple[str, ...] = field(default=())       # zones whose file holds no counter, or fails to read: why, each
 
     @property
     def readable(self) -> bool:
@@ -91,6 +92,20 @@ def _text(path: Path) -> str | None:
         return path.read_text().strip()
     except OSError:
         return None
+
+
+def _counter_file(path: Path) -> tuple[str | None, str | None]:
+    """A counter file's text, or None and why: ``"permission"`` (readable by root only) or what is wrong with it (it
+    holds no whole number, or reading it failed otherwise), naming the file."""
+    try:
+        raw = path.read_text().strip()
+    except PermissionError:
+        return None, "permission"
+    except OSError as e:
+        return None, f"{path} could not be read ({e.strerror or e})"
+    if not raw.isdigit():
+        return None, f"{path} holds {raw[:40]!r}, which is not a counter (a whole number of microjoules)"
+    return raw, None
 
 
 def _max_power_w(zone: Path) -> float | None:
@@ -112,30 +127,39 @@ def rapl_zones(root: str | os.PathLike | None = None) -> RaplStatus:
     if not base.is_dir():
         return RaplStatus(reason=f"{base} does not exist, so there is no RAPL counter: {not_here}")
     tops = sorted(p for p in base.iterdir() if p.name.startswith("intel-rapl:") and p.name.count(":") == 1)
-    found, unreadable, no_range = [], [], []
+    found, unreadable, no_range, broken = [], [], [], []
     for top in tops:
         label = _text(top / "name") or top.name
         for zone, name in [(top, label)] + [(sub, f"{label}/{_text(sub / 'name') or sub.name}")
                                             for sub in sorted(top.glob(f"{top.name}:*"))]:
-            raw, wrap = _text(zone / "energy_uj"), _text(zone / "max_energy_range_uj")
-            if raw is None or wrap is None or not raw.isdigit() or not wrap.isdigit():
-                if (zone / "energy_uj").exists():
+            if not (zone / "energy_uj").exists():
+                continue
+            (raw, why), (wrap, why_wrap) = _counter_file(zone / "energy_uj"), _counter_file(zone / "max_energy_range_uj")
+            if raw is None or wrap is None:
+                problem = why or why_wrap
+                if problem == "permission":
                     unreadable.append(name)
+                else:
+                    broken.append(f"{name}: {problem}")
                 continue
             if int(wrap) == 0:
                 no_range.append(name)
                 continue
             found.append(RaplZone(name, zone, int(wrap), _max_power_w(zone)))
     if found:
-        return RaplStatus(tuple(found), None, tuple(unreadable), tuple(no_range))
+        return RaplStatus(tuple(found), None, tuple(unreadable), tuple(no_range), tuple(broken))
+    also = f"; {'; '.join(broken)}" if broken else ""
     if no_range:
         return RaplStatus(reason=f"the RAPL counters ({', '.join(no_range)}) give max_energy_range_uj 0, so the value "
-                                 f"they wrap at is unknown and a wrap could not be added back: {not_here}",
-                          unreadable=tuple(unreadable), no_range=tuple(no_range))
+                                 f"they wrap at is unknown and a wrap could not be added back{also}: {not_here}",
+                          unreadable=tuple(unreadable), no_range=tuple(no_range), broken=tuple(broken))
     if unreadable:
-        return RaplStatus(reason=f"the RAPL counters ({', '.join(unreadable)}) are readable by root only here: "
+        return RaplStatus(reason=f"the RAPL counters ({', '.join(unreadable)}) are readable by root only here{also}: "
                                  f"{not_here} (sudo chmod o+r {base}/intel-rapl:*/energy_uj allows it until the "
-                                 "next boot)", unreadable=tuple(unreadable))
+                                 "next boot)", unreadable=tuple(unreadable), broken=tuple(broken))
+    if broken:
+        return RaplStatus(reason=f"no RAPL counter gives a reading: {'; '.join(broken)}: {not_here}",
+                          broken=tuple(broken))
     return RaplStatus(reason=f"no RAPL zones in {base} (a VM, a container or a CPU without RAPL): {not_here}")
 
 

@@ -117,9 +117,13 @@ class Monitor:
         host = HostSampler()
         self._host = host
         rapl = RaplMeter()
-        if rapl.status.readable:
-            host.energy_j = rapl.start().package_joules    # the host rows' energy_j: the CPU packages since start
         self._host_energy_note = rapl.status.cause
+        if rapl.status.readable:
+            try:
+                host.energy_j = rapl.start().package_joules    # the host rows' energy_j: the CPU packages since start
+            except Exception as e:     # a counter gone or unparsable since it was found: no host joules, and why
+                self._host_energy_note = (f"the CPU's energy counter could not be read at the start ({type(e).__name__}: "
+                                          f"{e}): energy is not measurable for this trace")
         samplers = self._gpu_samplers() if self._want_gpus else []
         with self._lock:
             self._rows, self._marks, self._cpu_s, self._t_end = [], [], 0.0, None

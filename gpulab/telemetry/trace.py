@@ -18,7 +18,7 @@ from typing import Any
 
 from .._check import flag, path_arg
 from .._format import NA, TableView, fmt_bytes, fmt_number, html_table, text_table
-from .trace_energy import INTEGRATED, energy_notes, energy_of, phase_energy
+from .trace_energy import INTEGRATED, energy_notes, energy_of, energy_why_not, items_arg, phase_energy
 
 __all__ = ["Trace", "Mark", "TraceSummary", "DeviceSummary"]
 
@@ -282,13 +282,11 @@ class Trace:
         """Per device: mean and p95 utilisation, peak memory, energy (J) and time throttled (s), as a
         :class:`TraceSummary` (``.to_dataframe()`` for pandas). ``items`` (what the run processed: samples, tokens)
         adds joules per item; ``price_per_hour`` (USD per hour, or a key of :func:`gpulab.cost.prices`) the cost per
-        million items over the run's duration, a published price per GPU-hour paid for each of ``gpus`` GPUs."""
+        million items over the run's duration, a published price per GPU-hour paid for each of ``gpus`` GPUs. A device
+        whose readings give no joules (one reading, a counter reset or stuck) is 'not measurable' with why."""
         import numpy as np
 
-        price = None
-        if items is not None and (isinstance(items, bool) or not isinstance(items, numbers.Real) or not items > 0
-                                  or items == float("inf")):
-            raise ValueError(f"items must be the number of items the run processed (> 0), got {items!r}")
+        price, items = None, items_arg(items)
         from ..cost import gpus_arg, hourly_price
 
         if price_per_hour is not None:
@@ -307,7 +305,6 @@ class Trace:
                         r[col.replace("_pct", "_p95_pct")] = float(f[col].quantile(0.95))
                 if "rss_bytes" in f:
                     r["rss_peak_bytes"] = int(f["rss_bytes"].max())
-                r["energy_j"], r["energy_source"] = energy_of(f)
             else:
                 if "gpu_util_pct" in f:
                     r["gpu_util_mean_pct"] = float(f["gpu_util_pct"].mean())
@@ -318,7 +315,6 @@ class Trace:
                         r["mem_used_peak_pct"] = float(100 * f["mem_used_bytes"].max() / f["mem_total_bytes"].max())
                 if "torch_reserved_bytes" in f:
                     r["torch_reserved_peak_bytes"] = int(f["torch_reserved_bytes"].max())
-                r["energy_j"], r["energy_source"] = energy_of(f)
                 if "power_w" in f:
                     r["power_mean_w"] = float(f["power_w"].mean())
                 if "temp_c" in f:
@@ -328,8 +324,9 @@ class Trace:
                 for col in ("sm_active_pct", "tensor_active_pct"):
                     if col in f:
                         r[col.replace("_pct", "_mean_pct")] = float(f[col].mean())
-            if r["energy_j"] is None and dev in self.energy_notes:
-                r["energy_note"] = self.energy_notes[dev]
+            r["energy_j"], r["energy_source"] = energy_of(f)
+            if r["energy_j"] is None and (dev in self.energy_notes or energy_why_not(f)):
+                r["energy_note"] = self.energy_notes.get(dev) or energy_why_not(f)
             if r["energy_j"] is not None and items:
                 r["energy_per_item_j"] = r["energy_j"] / items
             rows.append(DeviceSummary(dev, len(f), **r))
