@@ -12,11 +12,11 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Iterable, Literal
 
 from ._format import html_table, text_table
 
-__all__ = ['PrecisionChoice', 'choose_precision']
+__all__ = ['PrecisionChoice', 'choose_precision', 'cpu_fp16_path']
 
 
 # ----------------------------------------------------------------------------------------------
@@ -83,9 +83,10 @@ def choose_precision(info: Any = None, *, gpu: str | None = None) -> PrecisionCh
     ``"T4"`` or ``"NVIDIA A100-SXM4-40GB"``), with the matching Keras policy and the reason.
 
     Rules: a CUDA GPU with compute capability 8.0 or newer -> bf16; 7.x (T4, V100) -> fp16 with a
-    GradScaler; CPU -> bf16 (CPUs have no fast fp16 training path; bf16 is fast with AMX, and with
-    AVX512-BF16 for some operations); Apple MPS -> fp16. ``info`` is a :class:`gpulab.system.SystemInfo`
-    (default: this machine's).
+    GradScaler; CPU -> bf16 (fast with AMX-BF16 tiles, and with AVX512-BF16 for some operations; a CPU with
+    AMX-FP16 tiles, Intel's Granite Rapids and later, has a fast fp16 path too, but bf16 keeps fp32's exponent range
+    and needs no GradScaler, so it stays the choice: :func:`cpu_fp16_path` says what fp16 has on a CPU); Apple
+    MPS -> fp16. ``info`` is a :class:`gpulab.system.SystemInfo` (default: this machine's).
 
     Example:
         >>> choose_precision(gpu="T4").needs_scaler
@@ -121,12 +122,45 @@ def choose_precision(info: Any = None, *, gpu: str | None = None) -> PrecisionCh
         return _choice("mps (Apple GPU)", "fp16", "Apple GPU", None,
                        "autocast on Apple GPUs uses fp16 (bf16 needs a recent macOS); measure before relying on it")
     flags = set(info.cpu_flags)
+    fp16_fast, fp16_why = cpu_fp16_path(flags)
+    fp16 = ("; fp16 would be fast too (" + fp16_why + "), but bf16 needs no GradScaler" if fp16_fast
+            else "; fp16: " + fp16_why)
     if caps.amx:
         return _choice("cpu", "bf16", "AMX tiles (bf16)", True,
-                       "this CPU has AMX: bf16 matrix math runs on tile units several times faster than fp32")
+                       "this CPU has AMX: bf16 matrix math runs on tile units several times faster than fp32" + fp16)
     if "avx512_bf16" in flags:
         return _choice("cpu", "bf16", "AVX512-BF16 instructions, no AMX", None,
                        "no AMX: oneDNN's bf16 convolutions can beat fp32, but plain bf16 matmuls may be slower "
-                       "than fp32 - measure; CPUs have no fast fp16 training path")
+                       "than fp32 - measure" + fp16)
     return _choice("cpu", "bf16", "no bf16 instructions", False,
-                   "bf16 autocast runs, but without bf16 hardware expect no speedup (only less memory)")
+                   "bf16 autocast runs, but without bf16 hardware expect no speedup (only less memory)" + fp16)
+
+
+def cpu_fp16_path(flags: Iterable[str] | None = None) -> tuple[bool | None, str]:
+    """Whether a CPU with these ``flags`` (``gl.system_info().cpu_flags``; default: this machine's) has a fast fp16
+    path, and why: True with AMX-FP16 tiles (Intel Granite Rapids, Xeon 6 with P-cores, and later: fp16 matrix math on
+    the AMX units, which PyTorch's x86 fp16 support uses through oneDNN); None with AVX512-FP16 alone (Sapphire
+    Rapids: fp16 arithmetic in vector registers, no tiles; whether fp16 beats fp32 depends on the operation and its
+    kernel, so measure); False without either (fp16 autocast runs, but each operation converts to fp32 and back:
+    expect it slower than fp32).
+
+    Example:
+        >>> cpu_fp16_path(("avx512f", "amx_tile", "amx_bf16", "amx_fp16"))[0]
+        True
+        >>> cpu_fp16_path(("avx2", "fma"))
+        (False, 'no fp16 instructions (no AMX-FP16, no AVX512-FP16): fp16 autocast converts to fp32 and back, expect it slower than fp32')
+    """
+    if flags is None:
+        from .system import system_info
+
+        flags = system_info(frameworks=()).cpu_flags
+    if isinstance(flags, (str, bytes)):
+        raise TypeError(f"flags must be a list of CPU flags such as gl.system_info().cpu_flags, got {flags!r}")
+    have = set(flags)
+    if "amx_fp16" in have:
+        return True, "AMX-FP16 tiles: fp16 matrix math on the AMX units, as fast as bf16 on AMX-BF16"
+    if "avx512_fp16" in have:
+        return None, ("AVX512-FP16 instructions but no AMX-FP16 tiles: fp16 arithmetic in vector registers, faster "
+                      "or slower than fp32 depending on the operation and its kernel - measure")
+    return False, ("no fp16 instructions (no AMX-FP16, no AVX512-FP16): fp16 autocast converts to fp32 and back, "
+                   "expect it slower than fp32")

@@ -35,9 +35,12 @@ class GPUSpec:
     ``mig_slices``: compute slices of a card that supports Multi-Instance GPU (7 on A100 and H100).
     For a MIG slice (see :func:`gpu_spec`), ``parent`` is the whole card's name and ``mig_profile`` the
     profile (``"1g.5gb"``); its compute and memory figures are the slice's share, ``tdp_w`` the whole card's
-    (power is not partitioned). ``memory_bytes`` is the memory as ``nvidia-smi`` shows it, what fitting estimates
-    use; ``datasheet_memory_bytes`` the datasheet's larger figure where they differ (a T4: 16 GB of GDDR6, of
-    which ECC, on by default, keeps 6.25%, so ``nvidia-smi`` shows 15360 MiB; CUDA C++ Best Practices Guide, "ECC").
+    (power is not partitioned). ``memory_bytes`` is the memory as ``nvidia-smi`` shows it; ``datasheet_memory_bytes``
+    the datasheet's larger figure where they differ (a T4: 16 GB of GDDR6, of which ECC, on by default, keeps 6.25%,
+    so ``nvidia-smi`` shows 15360 MiB; CUDA C++ Best Practices Guide, "ECC"); ``cuda_memory_bytes``, where recorded,
+    the smaller figure a program sees, what ``torch.cuda.get_device_properties(i).total_memory`` and
+    ``torch.cuda.mem_get_info`` report (a T4: 15,835,660,288 bytes, 14.75 GiB: the driver keeps the rest).
+    :attr:`program_memory_bytes` is the one fitting estimates use.
     """
 
     name: str
@@ -57,6 +60,19 @@ class GPUSpec:
     parent: str | None = None
     mig_profile: str | None = None
     datasheet_memory_bytes: int | None = None
+    cuda_memory_bytes: int | None = None
+
+    @property
+    def program_memory_bytes(self) -> int:
+        """The memory a program can allocate from, before its CUDA context: :attr:`cuda_memory_bytes` where recorded,
+        else :attr:`memory_bytes` (``nvidia-smi``'s figure, a little more than a program sees).
+
+        Example:
+            >>> t4 = gpu_spec("T4")
+            >>> t4.memory_bytes // 2**20, round(t4.program_memory_bytes / 2**30, 2)
+            (15360, 14.75)
+        """
+        return self.cuda_memory_bytes if self.cuda_memory_bytes is not None else self.memory_bytes
 
     def ridge_point(self, dtype: str = "fp16") -> float:
         """FLOPs per byte above which a kernel is compute-bound on this GPU."""
@@ -72,10 +88,12 @@ _H100 = ("NVIDIA H100 datasheet", "https://www.nvidia.com/en-us/data-center/h100
 _H200 = ("NVIDIA H200 datasheet", "https://www.nvidia.com/en-us/data-center/h200/")
 # Aliases: the exact device names (torch.cuda.get_device_name() / nvidia-smi; drivers before R460 print the
 # A100's without "NVIDIA ", which gpu_spec accepts for every card) and accepted short names.
+# A T4's program figure: torch.cuda.get_device_properties(0).total_memory on a T4 (Colab), which mem_get_info's total
+# repeats; nvidia-smi shows 15360 MiB of the same card (the figure gpulab.rehearsal's T4 profile starts from too).
 GPU_SPECS: dict[str, GPUSpec] = {s.name: s for s in (
     GPUSpec("T4", "Turing", (7, 5), 15360 * _MIB, 320 * _GB, 8.1e12, 65e12, None, None, 70,
             "NVIDIA T4 datasheet", "https://www.nvidia.com/en-us/data-center/tesla-t4/", ("Tesla T4",),
-            datasheet_memory_bytes=16 * _GIB),
+            datasheet_memory_bytes=16 * _GIB, cuda_memory_bytes=15_835_660_288),
     GPUSpec("V100 SXM2", "Volta", (7, 0), 16 * _GIB, 900 * _GB, 15.7e12, 125e12, None, None, 300, *_V100,
             ("Tesla V100-SXM2-16GB", "V100 SXM2 16GB")),
     GPUSpec("V100 SXM2 32GB", "Volta", (7, 0), 32 * _GIB, 900 * _GB, 15.7e12, 125e12, None, None, 300, *_V100,
@@ -156,7 +174,7 @@ def _mig_slice(parent: GPUSpec, g: int, mem_gb: int, profile: str, name: str) ->
                    tf32_tensor_flops=scale(parent.tf32_tensor_flops),
                    source=f"{parent.source}, scaled to the MIG slice: compute {g}/{parent.mig_slices}, memory and "
                           f"bandwidth {mem_gb}/{total_gb} (NVIDIA MIG User Guide, {MIG_GUIDE})",
-                   aliases=(), mig_slices=None, parent=parent.name, mig_profile=profile)
+                   aliases=(), mig_slices=None, parent=parent.name, mig_profile=profile, cuda_memory_bytes=None)
 
 
 def gpu_spec(name: str) -> GPUSpec:

@@ -38,7 +38,7 @@ SHOWN_ENV = (
     "OMP_NUM_THREADS", "MKL_NUM_THREADS", "TF_CPP_MIN_LOG_LEVEL", "TF_FORCE_GPU_ALLOW_GROWTH",
     "COLAB_GPU", "COLAB_RELEASE_TAG",
 )
-_CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8", "fma")
+_CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_fp16", "amx_int8", "fma")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -264,7 +264,8 @@ def _cpu_model_and_flags() -> tuple[str, tuple[str, ...]]:
     try:  # cpuid through torch, when present: hypervisors sometimes hide flags from /proc/cpuinfo
         import torch.cpu as tcpu
 
-        for name, probe in (("amx_tile", "_is_amx_tile_supported"), ("avx512_bf16", "_is_avx512_bf16_supported")):
+        for name, probe in (("amx_tile", "_is_amx_tile_supported"), ("avx512_bf16", "_is_avx512_bf16_supported"),
+                            ("amx_fp16", "_is_amx_fp16_supported")):
             if getattr(tcpu, probe, lambda: False)():
                 flags.add(name)
     except ImportError:

@@ -1,4 +1,5 @@
-"""A decoder-only transformer's arithmetic: parameters, training FLOPs per token, MFU and the KV cache's bytes.
+"""A decoder-only transformer's arithmetic: parameters, training FLOPs per token, MFU, the activations kept for backward
+and the KV cache's bytes.
 
 The shape is GPT-2's (nanoGPT's ``GPT``): token and learned position embeddings, ``layers`` pre-norm blocks of
 causal self-attention and a 4x MLP with biases, a final LayerNorm, the output layer tied to the token embedding.
@@ -97,6 +98,24 @@ class TransformerShape:
         t = self.seq_len if tokens is None else whole("tokens", tokens)
         kv = (self.kv_heads or self.heads) * self.head_dim
         return 2 * self.layers * b * t * kv * whole("bytes_per_value", bytes_per_value)
+
+    def activation_bytes(self, batch: int = 1, tokens: int | None = None) -> int:
+        """Bytes of activations the blocks keep for backward, for ``batch`` sequences of ``tokens`` tokens (default
+        ``seq_len``), in 16-bit, with no recomputation and no tensor or sequence parallelism: ``s b h (34 + 5 a s / h)``
+        per layer (Korthikanti et al. 2022, 'Reducing Activation Recomputation in Large Transformer Models', section
+        4.1: 34 s b h for the matmuls' inputs, LayerNorms, GELU and dropout masks, 5 a s^2 b for the attention
+        scores, their softmax and its dropout mask), times the layers. The attention term grows with the square of
+        the context, so past a few thousand tokens the activations, not the weights and optimizer state, fill a GPU.
+
+        Example:
+            >>> s = TransformerShape(layers=32, d_model=4096, heads=32, seq_len=4096, vocab=32000)   # 7B-class
+            >>> round(s.activation_bytes(batch=1) / 2**30), round(16 * s.params / 2**30)            # GiB each
+            (97, 98)
+        """
+        b = whole("batch", batch)
+        t = self.seq_len if tokens is None else whole("tokens", tokens)
+        per_layer = 34 * t * b * self.d_model + 5 * self.heads * t * t * b
+        return self.layers * per_layer
 
     def _rows(self) -> list[tuple[str, str]]:
         return [("shape", f"{self.layers} layers x d {self.d_model} ({self.heads} heads of {self.head_dim}), "

@@ -137,6 +137,13 @@ MAX_CLOCKS_AND_BUS = {"Tesla T4": (1590, 5001, 256), "NVIDIA A100-SXM4-40GB": (1
                       "NVIDIA A100-SXM4-80GB": (1410, 1593, 5120), "NVIDIA H100 80GB HBM3": (1980, 2619, 5120)}
 
 
+# PCIe link (generation, lanes) of recorded cards, as NVML's max link queries report them in their usual servers
+# (nvmlDeviceGetMaxPcieLinkGeneration / ...Width; the current link reads the same under load); a card not listed
+# answers NotSupported.
+PCIE_LINKS = {"Tesla T4": (3, 16), "NVIDIA A100-SXM4-40GB": (4, 16), "NVIDIA A100-SXM4-80GB": (4, 16),
+              "NVIDIA H100 80GB HBM3": (5, 16)}
+
+
 # Enforced power limit (W) of recorded cards at their defaults (nvmlDeviceGetEnforcedPowerLimit answers in mW).
 POWER_LIMITS_W = {"Tesla T4": 70, "NVIDIA A100-SXM4-40GB": 400, "NVIDIA A100-SXM4-80GB": 400,
                   "NVIDIA H100 80GB HBM3": 700}
@@ -353,6 +360,24 @@ def make_module(gpus: list[GPU] | None = None, *, driver: str = "570.86.15", cud
         if g.name not in MAX_CLOCKS_AND_BUS:
             raise real.NVMLError(NOT_SUPPORTED)
         return MAX_CLOCKS_AND_BUS[g.name][2]
+
+    def pcie(h: Any, fn: str, part: int) -> int:
+        g = whole(h, fn)
+        if g.name not in PCIE_LINKS:
+            raise real.NVMLError(NOT_SUPPORTED)
+        return PCIE_LINKS[g.name][part]
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(handle):
+        return pcie(handle, "nvmlDeviceGetMaxPcieLinkGeneration", 0)
+
+    def nvmlDeviceGetMaxPcieLinkWidth(handle):
+        return pcie(handle, "nvmlDeviceGetMaxPcieLinkWidth", 1)
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(handle):
+        return pcie(handle, "nvmlDeviceGetCurrPcieLinkGeneration", 0)
+
+    def nvmlDeviceGetCurrPcieLinkWidth(handle):
+        return pcie(handle, "nvmlDeviceGetCurrPcieLinkWidth", 1)
 
     def nvmlDeviceGetCurrentClocksEventReasons(handle):
         whole(handle, "nvmlDeviceGetCurrentClocksEventReasons")

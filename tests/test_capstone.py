@@ -165,6 +165,14 @@ def test_ablate_keeps_what_helps_and_says_why_not_otherwise():
     assert decisions["disk"][0] == "branch" and decisions["disk"][1].startswith("0.10x the final recipe")
     assert [s.label for s in t.steps][-1] == "disk"                      # branches come last
     assert t.final.label == "b2" and t.ratio_over_baseline == 3.0 and t.kept == ("b2",)
+    # lesson 12's challenge asks for the square root of the gain the learner's own ablation reached, on every device
+    assert course.challenge_target(t).speedup == 1.73 and "3.0x" in repr(course.challenge_target(t))
+    assert course.ChallengeTarget(17.1).speedup == 4.14 and course.ChallengeTarget(0.8).speedup == 1.0
+    assert course.ChallengeTarget(100.0, share=0.75).speedup == pytest.approx(31.62)
+    with pytest.raises(ValueError):
+        course.challenge_target(t, share=0)
+    with pytest.raises(TypeError):
+        course.challenge_target(3.0)
     assert t.step("b3 slower").gain == pytest.approx(200 / 300)
     assert "b4 inaccurate" in repr(t) and "<table" in t._repr_html_()
     df = t.to_dataframe()

@@ -144,3 +144,21 @@ def test_the_challenge_refuses_a_copied_row_and_a_slow_recipe():
         course.recipe_challenge("mine", course.Recipe(data="host"), d, baseline=seed, not_from=table, compare_s=0.1)
     with pytest.raises(TypeError, match="not_from"):
         course.recipe_challenge("mine", final, d, baseline=seed, not_from="table")
+
+
+def test_the_challenge_target_comes_from_the_final_recipe_timed_as_the_learners_will_be():
+    """Lesson 12's target: the square root of the final recipe's speedup over the first loop, both recipes' steps
+    timed in turn now (as recipe_challenge times the learner's), not the ablation's epoch throughputs, which a busy
+    moment can inflate (one CPU run of the lesson read 91.6x there, and half of it failed a recipe 13.4x as fast)."""
+    d = course.digits(512, 64, download=False)
+    steps = (AblationStep("seed loop", "", course.Recipe().params(), "baseline", samples_per_s=1.0,
+                          test_accuracy=0.9, accuracies=(0.9,)),
+             AblationStep("batch 128", "", course.Recipe(batch_size=128, lr=4e-3, data="host").params(), "kept",
+                          samples_per_s=500.0, test_accuracy=0.9))
+    table = Ablation("t", steps, device="cpu", epochs=2)
+    target = course.challenge_target(table, d, compare_s=0.1)
+    assert target.interleaved and target.epochs_speedup == 500.0 and 1.0 < target.final_speedup < 500.0
+    assert target.speedup == round(target.final_speedup ** 0.5, 2) and "timed in turn" in repr(target)
+    assert course.challenge_target(table).speedup == round(500 ** 0.5, 2)          # without data: the epochs' ratio
+    with pytest.raises(TypeError, match="data"):
+        course.challenge_target(table, "digits")

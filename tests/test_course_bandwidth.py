@@ -121,3 +121,27 @@ def test_default_ceilings_are_never_exceeded_by_the_sweep(monkeypatch, pretend_g
     # given ceilings are kept as they are
     sweep = transfer_sweep(fast, [MiB], device="cuda", pinned=(False,), ceilings={"link": 10e9})
     assert [name for name, _ in sweep.ceilings] == ["link"]
+
+
+def test_the_link_is_read_from_nvml_where_it_can_be(fake_nvml, pretend_gpus):
+    """A GPU's PCIe link comes from NVML (its max generation and width), not from which published link the copies
+    happened not to exceed; where NVML cannot read it the published links stay, and the sweep says which it did."""
+    from gpulab.course import bandwidth
+    from gpulab.telemetry import nvml
+
+    fake_nvml(machine="t4_colab")
+    link = nvml.pcie_link(0)
+    assert (link.generation, link.width) == (3, 16) and str(link).startswith("PCIe Gen3 x16")
+    assert default_ceilings(None, "cuda:0") == pytest.approx({"PCIe Gen3 x16 (NVML)": 15.75e9})
+    fast = lambda n, pinned=False, device=None, min_run_time=0.0: types.SimpleNamespace(    # noqa: E731
+        median_s=n / 12e9, min_s=n / 12e9, bytes_moved=n, noisy=False)
+    sweep = transfer_sweep(fast, [MiB], device="cuda:0", pinned=(False,))
+    assert [name for name, _ in sweep.ceilings] == ["PCIe Gen3 x16 (NVML)"] and "read from NVML" in sweep.link
+    fake_nvml(machine="h100_gpm")
+    assert default_ceilings(None, "cuda:0") == pytest.approx({"PCIe Gen5 x16 (NVML)": 63e9})
+    fake_nvml(gpus=(("NVIDIA L4", (8, 9), 24 * 2**30),))          # a card whose link NVML does not answer here
+    assert nvml.pcie_link(0) is None and len(default_ceilings(None, "cuda:0")) == 3
+    sweep = transfer_sweep(fast, [MiB], device="cuda:0", pinned=(False,))
+    assert "NVML read no PCIe link" in sweep.link and "inferred" in sweep.link
+    assert bandwidth.pcie_link_ceiling("cpu").startswith("not available on a cpu device")
+    assert transfer_sweep(fake_measure([]), [KiB], device="cpu").link.startswith("not available")

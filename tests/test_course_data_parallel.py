@@ -205,3 +205,39 @@ def test_fsdp_script_shards_over_two_ranks():
     assert r0["fsdp_params_bytes"] + r1["fsdp_params_bytes"] == r0["full_param_bytes"] == r0["ddp_params_bytes"]
     assert r0["fsdp_grads_bytes"] * 2 == r0["ddp_grads_bytes"] and r0["fsdp_param_type"] == "DTensor"
     assert r0["max_loss_diff"] <= 1e-6 and max(r["max_param_diff"] for r in run.results) <= 1e-6
+
+
+def test_ddps_memory_counts_its_gradient_buckets_and_zero_its_communication():
+    """Lesson 07's table: DDP keeps a second copy of the gradients in its buckets (20 bytes per parameter in fp32 with
+    Adam, 16 with gradient_as_bucket_view=True); ZeRO-1/2 send what DDP's all-reduce sends, ZeRO-3 1.5 times it."""
+    t = course.model_state_table({"7 B": 7e9}, gpus=8)
+    row = t.loc["7 B"]
+    assert row["DDP: each GPU holds (GiB)"] * 2**30 == pytest.approx(7e9 * 20)
+    assert row["DDP, gradient_as_bucket_view=True (GiB)"] * 2**30 == pytest.approx(7e9 * 16)
+    assert row["ZeRO-3 over 8 (GiB)"] * 2**30 == pytest.approx(7e9 * 16 / 8)
+    assert row["DDP: sent per GPU per step (GB)"] == pytest.approx(2 * 7e9 * 4 * 7 / 8 / 1e9)
+    assert row["ZeRO-1/2: sent per GPU per step (GB)"] == row["DDP: sent per GPU per step (GB)"]
+    assert row["ZeRO-3: sent per GPU per step (GB)"] == pytest.approx(1.5 * row["DDP: sent per GPU per step (GB)"])
+    assert gl.published("zero-communication").low == 1.5
+    with pytest.raises(ValueError):
+        course.model_state_table({"x": 1e6}, gpus=1)
+    with pytest.raises(ValueError):
+        course.model_state_table({"x": -1}, gpus=8)
+
+
+def test_the_fsdp_script_reports_ddps_bucket_bytes():
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    _one_process_info()
+    try:
+        model = torch.nn.Sequential(torch.nn.Linear(100, 200), torch.nn.Linear(200, 10))
+        ddp = DistributedDataParallel(model)
+        ddp(torch.randn(4, 100)).sum().backward()
+        view = DistributedDataParallel(torch.nn.Linear(10, 10), gradient_as_bucket_view=True)
+        copies, views = fsdp_train.ddp_bucket_bytes(ddp), fsdp_train.ddp_bucket_bytes(view)
+    finally:
+        dist.destroy_process_group()
+    full = sum(p.numel() * p.element_size() for p in model.parameters())
+    assert copies in (full, None) and views == 0           # None: a torch that does not log its buckets
+    assert copies == full or not hasattr(ddp, "_get_ddp_logging_data")

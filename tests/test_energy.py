@@ -394,3 +394,17 @@ def test_a_phase_between_two_readings_has_no_joules_of_its_own():
     pe = short.phase_energy()
     assert pe.joules("blip", "gpu0") is None and pe.joules("blip", "gpu1") is None
     assert pe.joules("train", "gpu0") == pytest.approx(600.0)
+
+
+def test_a_lesson_reads_the_period_measured_on_its_gpu(fake_nvml, pretend_gpus):
+    """course.step_energy.gpu_counter_period gives the period gpulab.telemetry.energy measured on that GPU (measured
+    once, remembered), and None for a CPU: lesson 04 renders it instead of assuming NVML's usual 100 ms."""
+    from gpulab.course.step_energy import gpu_counter_period
+
+    fake = fake_nvml()
+    pretend_gpus()
+    _fast_counter(fake, period_s=0.02)
+    period = gpu_counter_period("cuda:0")
+    assert period is not None and period.measured and 0.01 < period.seconds < 0.06
+    assert "on this GPU (measured over" in str(period)
+    assert gpu_counter_period("cuda:0") == period and gpu_counter_period("cpu") is None

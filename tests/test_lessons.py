@@ -56,3 +56,27 @@ def test_exercises_are_answered_only_in_ci_and_one_challenge_is_measured(path):
     challenges = [_src(c) for c in cells if c["cell_type"] == "code" and "challenge" in c["metadata"].get("tags", [])]
     assert any(call in src for src in challenges for call in CHALLENGES), \
         f"{path.name}: no measured challenge (a cell tagged 'challenge' that measures with one of {CHALLENGES})"
+
+
+def _asserts(src: str) -> list[str]:
+    """The ``assert`` statements of a code cell (IPython's ``%`` and ``!`` lines read as ``pass``)."""
+    import ast
+
+    lines = [(line[: len(line) - len(line.lstrip())] + "pass") if line.lstrip().startswith(("%", "!")) else line
+             for line in src.splitlines()]
+    return [ast.unparse(n.test) for n in ast.walk(ast.parse("\n".join(lines))) if isinstance(n, ast.Assert)]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_a_bare_assert_in_a_lesson_checks_a_computed_result_never_a_measurement(path):
+    """A measurement can miss on a busy machine (a shared Colab host): a lesson reports it (course.narrate,
+    course.check, a challenge) instead of stopping the learner's Run All. A bare ``assert`` is kept for results that
+    are right or wrong whatever the load: a kernel's check (``.ok``), a compiled step's equality (``.same``)."""
+    bare = [(i, test) for i, c in enumerate(_cells(path)) if c["cell_type"] == "code"
+            for test in _asserts(_src(c)) if not re.search(r"\.(ok|same)\b", test)]
+    assert not bare, f"{path.name}: asserts on what the machine measured stop Run All (cell, test): {bare}"
+
+
+def test_the_assert_scan_reads_cells_as_the_lessons_write_them():
+    assert _asserts('%pip install x\nif True:\n    %time f()\nassert fast < 0.5, "slow"') == ["fast < 0.5"]
+    assert _asserts("assert mm_check.ok, mm_check") == ["mm_check.ok"]

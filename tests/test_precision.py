@@ -57,6 +57,23 @@ def test_choice_from_fabricated_system_info(cpu_info, gpu_info):
     assert amx.precision == "bf16" and amx.fast_hardware is True and not amx.needs_scaler
 
 
+def test_a_cpu_with_amx_fp16_is_not_told_it_has_no_fast_fp16_path(cpu_info):
+    from gpulab.precision import cpu_fp16_path
+
+    granite = replace(cpu_info, cpu_flags=("avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_fp16"))
+    assert cpu_fp16_path(granite.cpu_flags)[0] is True
+    assert cpu_fp16_path(("avx512f", "avx512_fp16"))[0] is None          # Sapphire Rapids' vectors: measure
+    assert cpu_fp16_path(cpu_info.cpu_flags)[0] is False
+    for info in (granite, cpu_info, replace(cpu_info, cpu_flags=("avx512f", "avx512_bf16"))):
+        c = gl.choose_precision(info)
+        assert c.precision == "bf16" and "no fast fp16" not in c.reason     # bf16 stays the choice, said truthfully
+    assert "fp16 would be fast too" in gl.choose_precision(granite).reason
+    assert "no fast fp16" not in (gl.choose_precision.__doc__ or "")
+    with pytest.raises(TypeError):
+        cpu_fp16_path("amx_fp16")
+    assert "amx_fp16" in gl.system._CPU_FLAGS                           # read from /proc/cpuinfo and torch's cpuid
+
+
 def test_choice_bad_input():
     with pytest.raises(TypeError):
         gl.choose_precision("T4")           # a string is not a SystemInfo: pass gpu="T4"

@@ -259,6 +259,21 @@ def test_t4_memory_is_what_nvidia_smi_shows_with_the_datasheet_figure_beside_it(
     assert gl.gpu_spec("H100 SXM").datasheet_memory_bytes is None     # HBM: no difference recorded
 
 
+def test_a_program_sees_less_of_a_t4_than_nvidia_smi_shows_and_estimates_use_that():
+    from gpulab import rehearsal
+
+    t4 = gl.gpu_spec("T4")
+    assert t4.cuda_memory_bytes == 15_835_660_288 < t4.memory_bytes    # torch's total_memory: 14.75 GiB, not 15
+    assert t4.program_memory_bytes == t4.cuda_memory_bytes
+    # the rehearsal's T4 cap starts from the same figure (less 0.4 GiB of CUDA context)
+    assert rehearsal.PROFILES["t4"].memory_bytes == t4.cuda_memory_bytes - int(0.4 * 2**30)
+    h100 = gl.gpu_spec("H100 SXM")
+    assert h100.cuda_memory_bytes is None and h100.program_memory_bytes == h100.memory_bytes
+    assert gl.gpu_spec("A100 40GB SXM MIG 1g.5gb").cuda_memory_bytes is None   # a slice: no program figure recorded
+    est = gl.estimate(lambda: torch.nn.Linear(8, 8), lambda n: (torch.randn(n, 8), torch.randn(n, 8)), 4)
+    assert est.fits().loc["T4", "memory GiB"] == pytest.approx(t4.cuda_memory_bytes / 2**30)
+
+
 # ---- the remembered ceilings of a CUDA device, with the measuring faked (no GPU needed) -------------------------
 A100_FP32, A100_TF32, A100_BF16 = 19.5e12, 156e12, 312e12     # datasheet peaks; a run reaches 80% of them
 

@@ -35,6 +35,7 @@ toolkit (``gpulab``); the toolkit never imports it.
   DALI's wheel, worker counts and noise margins)
 - ``roofline_exercises``, ``setup_exercises``, ``exercise_checks``: exercise checks that work out the expected
   answer themselves (lessons 00, 01, 06, 08, 09)
+- ``fresh_memory``: appendix A1's buffer-reuse challenge, its target from a clone timed against a copy_ on one thread
 
 Example:
     >>> from gpulab import course
@@ -67,7 +68,7 @@ from .dali import check_dali, dali_tolerance
 from .no_sync import NoSyncCheck, check_no_sync, no_sync_loss, no_sync_nullcontext
 from .comm_overlap import CommOverlap, comm_overlap, profile_comm_overlap
 from .data_parallel import (AccumulationBench, NoiseMargin, accumulation_bench, check_allreduce_crossover,
-                            check_strong_scaling, fsdp_runs_on_cpu, noise_margin, worker_counts)
+                            check_strong_scaling, fsdp_runs_on_cpu, model_state_table, noise_margin, worker_counts)
 from .downloads import real_images
 from .images import CorruptDataError, ImageSet, data_dir, synthetic_images
 from .keras import KerasSetup, start_keras
@@ -93,6 +94,7 @@ from .verdicts import VERDICT_MEANING, verdict_story
 from .allocator import (AllocatorRun, TFOOM, TF_OOM_EXAMPLE, alloc_conf, allocator_probe, allowed_bytes, parse_tf_oom,
                         tf_limit_gpu_memory)
 from .memory_fit import FitChallenge, fit_challenge
+from .fresh_memory import ReuseTarget, reuse_target
 from .dali import HW_DECODER_LOAD, has_hardware_jpeg_decoder
 from .dali_install import DaliInstall, dali_install_args, dali_wheel, install_dali
 from .exercise_checks import (check_bytes_per_parameter, check_calls_per_item, check_faster_loading,
@@ -104,6 +106,7 @@ from .ablation import Ablation, AblationStep, Change, ablate
 from .capstone_torch import interleaved_gain, largest_batch, torch_ablation, torch_changes
 from .capstone_keras import KerasRecipe, KerasRun, keras_ablation, keras_changes, train_keras_recipe
 from .capstone_report import check_tracked, RecipeChallenge, ResultsCard, recipe_ceiling, recipe_challenge, results_card, results_dir, runs_dir
+from .capstone_report import ChallengeTarget, challenge_target
 from .capstone_mfu import MFU, mfu_report
 from .gpt_mfu import GPTMFU, gpt_mfu
 from .capstone_energy import PrecisionCost, compare_precisions, energy_headline, precision_cost
@@ -130,6 +133,7 @@ __all__ = [
     "FlashCheck", "FlashTiming", "GenerationRow", "GenerationSpeed", "generation_speed", "GPTRecipe", "GPTRun", "train_gpt",
     "gpt_stepper", "gpt_changes", "gpt_ablation", "gpt_challenge", "micro_batches_that_fit",
     "check_tracked", "recipe_ceiling", "recipe_challenge", "RecipeChallenge", "results_card", "ResultsCard", "results_dir", "runs_dir",
+    "challenge_target", "ChallengeTarget",
     "MFU", "mfu_report", "GPTMFU", "gpt_mfu",
     "serial_parallel_step", "SerialParallelStep", "python_work", "speedup_needed",
     "nvidia_smi", "SmiOutput", "smi_header", "SmiHeader", "active_reasons", "CLOCK_EVENT_REASONS",
@@ -155,7 +159,7 @@ __all__ = [
     "check_no_sync", "NoSyncCheck", "no_sync_loss", "no_sync_nullcontext",
     "comm_overlap", "CommOverlap", "profile_comm_overlap",
     "worker_counts", "NoiseMargin", "noise_margin", "AccumulationBench", "accumulation_bench",
-    "check_allreduce_crossover", "check_strong_scaling", "fsdp_runs_on_cpu",
+    "check_allreduce_crossover", "check_strong_scaling", "fsdp_runs_on_cpu", "model_state_table",
     "transfer_sweep", "TransferSweep", "TransferPoint", "default_ceilings",
     "start_keras", "KerasSetup", "needs", "OptionalPart", "max_autotune_scope", "AutotuneScope",
     "fix_settings", "ladder_rungs",
@@ -166,7 +170,7 @@ __all__ = [
     "effective_batch_step", "StepReport", "accumulate_epoch", "EpochReport", "training_state", "evaluate_autocast",
     "verdict_story", "VERDICT_MEANING",
     "alloc_conf", "allowed_bytes", "allocator_probe", "AllocatorRun", "tf_limit_gpu_memory", "parse_tf_oom", "TFOOM",
-    "TF_OOM_EXAMPLE", "fit_challenge", "FitChallenge",
+    "TF_OOM_EXAMPLE", "fit_challenge", "FitChallenge", "reuse_target", "ReuseTarget",
     "HW_DECODER_LOAD", "has_hardware_jpeg_decoder", "DaliInstall", "dali_install_args", "dali_wheel", "install_dali",
     "check_faster_loading", "check_loaders_that_keep_up", "check_workers_needed", "check_phase_bound",
     "check_calls_per_item", "check_bytes_per_parameter", "check_running_total",

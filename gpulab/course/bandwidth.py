@@ -2,8 +2,9 @@
 
 :func:`transfer_sweep` times one copy per size and kind of host memory with the measuring function it is given
 (``gl.transfer.measure_transfer``), and returns a :class:`TransferSweep`: a table of time and payload
-bandwidth per copy, each as a share of the ceilings (the PCIe links' published rates on a CUDA device, the same
-copy far beyond the caches elsewhere), and a plot of bandwidth against size.
+bandwidth per copy, each as a share of the ceilings (on a CUDA device the published rate of its PCIe link, read from
+NVML where it can be, else the published links no copy exceeded; elsewhere the same copy far beyond the caches), and
+a plot of bandwidth against size.
 
 Example:
     >>> import gpulab as gl
@@ -23,7 +24,7 @@ from .._check import checked, positive, whole
 from .._format import TableView, fmt_bytes, fmt_number
 from ..reference import published
 
-__all__ = ["TransferPoint", "TransferSweep", "transfer_sweep", "default_ceilings"]
+__all__ = ["TransferPoint", "TransferSweep", "transfer_sweep", "default_ceilings", "pcie_link_ceiling"]
 
 MiB = 2**20
 
@@ -66,6 +67,7 @@ class TransferSweep(TableView):
     ceilings: tuple[tuple[str, float], ...]      # (name, bytes per second)
     device: str
     title: str = "Copy bandwidth vs size"
+    link: str = ""          # where the ceilings came from: the PCIe link NVML read, inferred from the copies, none
 
     @property
     def sizes_bytes(self) -> tuple[int, ...]:
@@ -116,6 +118,7 @@ class TransferSweep(TableView):
             rows.append(r)
         ceilings = ", ".join(f"{name} {fmt_number(c / 1e9)} GB/s" for name, c in self.ceilings)
         notes = [f"payload per copy on {self.device}; best = fastest run (least disturbed)", f"ceilings: {ceilings}"]
+        notes += [f"link: {self.link}"] if self.link else []
         if any(p.noisy for p in self.points):
             notes.append("* noisy: re-run before trusting small differences")
         return header, rows, "; ".join(notes)
@@ -152,18 +155,70 @@ def _kind(device: Any) -> str:
     return t if isinstance(t, str) else str(device).split(":")[0]
 
 
+def _cuda_index(device: Any) -> int:
+    index = None if isinstance(device, str) else getattr(device, "index", None)     # a torch.device's
+    if index is None and ":" in str(device):
+        index = int(str(device).split(":", 1)[1])
+    if index is None:
+        import torch
+
+        try:
+            index = torch.cuda.current_device()
+        except (RuntimeError, AssertionError):      # CUDA not initialisable here: NVML's first visible GPU
+            index = 0
+    return int(index)
+
+
+def pcie_link_ceiling(device: Any) -> tuple[str, float] | str:
+    """The PCIe link of the CUDA ``device`` read from NVML (the generation and width it can run at, the GPU's and the
+    slot's lower) as ``(name, bytes per second per direction)``: the published x16 rate of that generation, scaled to
+    its lanes. Where NVML gives no link (no NVML, a MIG slice, a virtual GPU) or gpulab has no published rate for
+    its generation, a text saying why.
+
+    Example:
+        >>> pcie_link_ceiling("cpu")
+        'not available on a cpu device: no GPU, no PCIe link to read'
+    """
+    kind = _kind(device)
+    if kind != "cuda":
+        return f"not available on a {kind} device: no GPU, no PCIe link to read"
+    from ..telemetry import nvml
+
+    link = nvml.pcie_link(_cuda_index(device))
+    if link is None:
+        st = nvml.status()
+        return ("NVML read no PCIe link for this GPU" if st.available else f"NVML is not available ({st.error})")
+    if link.generation not in (3, 4, 5):
+        return f"NVML read {link}, a generation gpulab has no published rate for"
+    x16 = published(f"pcie-gen{link.generation}-x16").low * 1e9
+    return f"PCIe Gen{link.generation} x{link.width} (NVML)", x16 * link.width / 16
+
+
+def _link_text(device: Any, read: tuple[str, float] | str) -> str:
+    if isinstance(read, tuple):
+        from ..telemetry import nvml
+
+        return f"read from NVML: {nvml.pcie_link(_cuda_index(device))}"
+    return read
+
+
 @checked(device="devspec")
 def default_ceilings(measure: Callable[..., Any], device: Any, *, ceiling_bytes: int = 256 * MiB,
                      min_run_time: float = 0.3) -> dict[str, float]:
     """The ceilings a copy to ``device`` is read against, in bytes per second: on a CUDA device the published
-    per-direction rates of PCIe Gen3, Gen4 and Gen5 x16 links (T4; A100 PCIe and L4; H100); elsewhere the same
-    single-threaded copy at ``ceiling_bytes`` (far beyond the CPU's caches), timed now with ``measure``, fastest run.
+    per-direction rate of its PCIe link where NVML reads the link (:func:`pcie_link_ceiling`), else the rates of
+    PCIe Gen3, Gen4 and Gen5 x16 links (T4; A100 PCIe and L4; H100); elsewhere the same single-threaded copy at
+    ``ceiling_bytes`` (far beyond the CPU's caches), timed now with ``measure``, fastest run.
 
     Example:
-        >>> round(default_ceilings(None, "cuda")["PCIe Gen3 x16"] / 1e9, 2)
-        15.75
+        >>> ceilings = default_ceilings(None, "cuda")      # no NVML here: the published links
+        >>> "PCIe Gen3 x16" not in ceilings or round(ceilings["PCIe Gen3 x16"] / 1e9, 2) == 15.75
+        True
     """
     if _kind(device) == "cuda":
+        read = pcie_link_ceiling(device)
+        if isinstance(read, tuple):
+            return {read[0]: read[1]}
         return {f"PCIe {g} x16": published(f"pcie-{g.lower()}-x16").low * 1e9 for g in ("Gen3", "Gen4", "Gen5")}
     if not callable(measure):
         raise TypeError(f"measure must be a function like gl.transfer.measure_transfer, got {measure!r}")
@@ -225,6 +280,7 @@ def transfer_sweep(measure: Callable[..., Any], sizes_bytes: Sequence[int], *, d
     if not kinds or any(not isinstance(k, bool) for k in kinds) or len(set(kinds)) != len(kinds):
         raise ValueError(f"pinned must list True and/or False once each, got {pinned!r}")
     chosen = ceilings is None
+    read = pcie_link_ceiling(device)
     if chosen:
         ceilings = default_ceilings(measure, device)
     if not isinstance(ceilings, Mapping):
@@ -244,5 +300,8 @@ def transfer_sweep(measure: Callable[..., Any], sizes_bytes: Sequence[int], *, d
     if chosen:
         ceilings = _fit_ceilings(dict(ceilings), max(p.best_bytes_per_s for p in points), kind)
     where = f"host to {kind}" if kind != "cpu" else "host copy, no GPU"
+    link = _link_text(device, read)
+    if chosen and kind == "cuda" and not isinstance(read, tuple):
+        link += "; the ceiling is inferred instead: the slowest published link no copy exceeded"
     return TransferSweep(tuple(points), tuple((str(k), float(v)) for k, v in ceilings.items()), str(device),
-                         title or f"Copy bandwidth vs size ({where})")
+                         title or f"Copy bandwidth vs size ({where})", link)

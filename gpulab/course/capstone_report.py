@@ -19,22 +19,22 @@ from __future__ import annotations
 
 import datetime as _dt
 import html
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from .._check import checked, positive, whole
+from .._check import checked, device_arg, flag, path_arg, positive, text, texts, whole
 from .._format import fmt_number, fmt_rate
 from .ablation import Ablation, AblationStep, accuracy_floor
+from .ablation_table import _fraction
 from .capstone import Recipe, RecipeRun, _tf32, keep_rng, seed_model, train_recipe
 from .capstone_torch import interleaved_gain
 from .checks import Check, NotAnswered, _esc
 from .digits import Digits, to_features
 
 __all__ = ["check_tracked", "recipe_ceiling", "RecipeChallenge", "recipe_challenge", "ResultsCard", "results_card", "results_dir",
-           "runs_dir"]
+           "runs_dir", "ChallengeTarget", "challenge_target"]
 
 
 @checked(device="device")
@@ -58,7 +58,8 @@ def recipe_ceiling(recipe: Recipe, *, device: Any = None, min_run_time: float = 
 
     if not isinstance(recipe, Recipe):
         raise TypeError(f"recipe must be a course.Recipe, got {type(recipe).__name__}")
-    dev = pick_device(None if device is None else str(device))
+    positive("min_run_time", min_run_time, unit="seconds")
+    dev = pick_device(None if device_arg("device", device) is None else str(device))
     with keep_rng(dev):                      # the caller's random generators are left as they were
         model = seed_model().to(dev)
         x = torch.rand(recipe.batch_size, 784, device=dev)
@@ -129,6 +130,63 @@ class RecipeChallenge:
         return f'<div style="color:{colour}">{_esc(repr(self))}</div>'
 
 
+@dataclass(frozen=True)
+class ChallengeTarget:
+    """The capstone challenge's speedup, set from the learner's own ablation: the final recipe's speedup over the
+    first loop raised to ``share`` (0.5: its square root, half of its gain on a log scale, the scale on which the
+    changes add up, since each multiplies the speed). ``final_speedup`` is the one the challenge compares with: the
+    two recipes' steps timed in turn now, as the learner's recipe is timed (``interleaved``), or else the
+    ablation's epoch throughputs (``ratio_over_baseline``, shown as ``epochs_speedup``). Every device gets a target
+    its own best recipe reached, with a margin.
+
+    Example:
+        >>> ChallengeTarget(17.1).speedup, ChallengeTarget(0.8).speedup
+        (4.14, 1.0)
+    """
+
+    final_speedup: float
+    share: float = 0.5
+    interleaved: bool = False
+    epochs_speedup: float | None = None
+
+    @property
+    def speedup(self) -> float:
+        return round(max(1.0, self.final_speedup ** self.share), 2)
+
+    def __repr__(self) -> str:
+        how = ("its steps timed in turn with the first loop's now, as yours will be" if self.interleaved
+               else "the ablation's epoch throughputs")
+        epochs = (f"; {self.epochs_speedup:.1f}x by the ablation's epoch throughputs"
+                  if self.interleaved and self.epochs_speedup is not None else "")
+        part = "the square root" if self.share == 0.5 else f"the power {self.share:g}"
+        return (f"Target: {self.speedup:.2f}x the first loop's speed: {part} of the {self.final_speedup:.1f}x your "
+                f"ablation's final recipe reached on this machine ({how}{epochs}), a margin for a recipe of your own")
+
+    def _repr_html_(self) -> str:
+        return f"<div>{html.escape(repr(self))}</div>"
+
+
+def challenge_target(table: Ablation, data: Digits | None = None, *, share: float = 0.5, device: Any = None,
+                     compare_s: float = 0.6) -> ChallengeTarget:
+    """The :class:`ChallengeTarget` for the ablation ``table`` (``course.torch_ablation(...)``): its final recipe's
+    speedup over the first loop to the power ``share``. With ``data`` the two recipes' steps are timed in turn for
+    ``compare_s`` seconds each (:func:`course.interleaved_gain`), as :func:`recipe_challenge` times the learner's
+    recipe, so a busy moment in the ablation's epochs cannot set the bar; without it, ``table.ratio_over_baseline``."""
+    if not isinstance(table, Ablation):
+        raise TypeError(f"table must be the ablation table (course.torch_ablation(...)), got {table!r:.60}")
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
+        raise ValueError(f"share must be the power of the final speedup to ask for, in (0, 1], got {share!r}")
+    if data is not None and not isinstance(data, Digits):
+        raise TypeError(f"data must be the digits (course.digits(...)) or None, got {type(data).__name__}")
+    positive("compare_s", compare_s)
+    epochs = float(table.ratio_over_baseline)
+    if data is None or table.final.label == table.baseline.label:
+        return ChallengeTarget(epochs, float(share))
+    gain = interleaved_gain(Recipe(**table.baseline.params), Recipe(**table.final.params), data, device=device,
+                            min_run_time=compare_s)[0]
+    return ChallengeTarget(float(gain), float(share), True, epochs)
+
+
 @checked(device="device")
 def recipe_challenge(name: str, recipe: Recipe | None, data: Digits, *, baseline: RecipeRun | AblationStep,
                      speedup: float = 5.0, accuracy_tolerance: float = 0.01, epochs: int | None = None,
@@ -144,13 +202,25 @@ def recipe_challenge(name: str, recipe: Recipe | None, data: Digits, *, baseline
     ``recipe=None`` shows "not answered yet". ``not_from``: the ablation the learner has seen; a recipe equal to
     one of its kept rows (its final recipe, or a step on the way to it) is refused before any training, with
     ``AssertionError``: the exercise asks for a recipe built, not copied."""
+    text("name", name, empty=False)
+    if not isinstance(data, Digits):
+        raise TypeError(f"data must be the digits (course.digits(...)), got {type(data).__name__} {data!r:.60}")
+    if not isinstance(baseline, RecipeRun) and not (isinstance(baseline, AblationStep) and baseline.measured):
+        raise TypeError(f"baseline must be the seed loop's course.RecipeRun or the ablation's first step "
+                        f"(table.baseline), got {baseline!r:.80}")
+    positive("speedup", speedup)
+    accuracy_tolerance = _fraction("accuracy_tolerance", accuracy_tolerance)
+    if epochs is not None:
+        whole("epochs", epochs)
+    device_arg("device", device)
+    positive("compare_s", compare_s, allow_zero=True, unit="seconds (0: no interleaved timing)")
+    if not_from is not None and not isinstance(not_from, Ablation):
+        raise TypeError(f"not_from must be the ablation table (course.torch_ablation(...)) or None, got {not_from!r:.60}")
     if recipe is None:
         return NotAnswered(name)
     if not isinstance(recipe, Recipe):
         raise TypeError(f"recipe must be a course.Recipe(...), got {recipe!r}")
     if not_from is not None:
-        if not isinstance(not_from, Ablation):
-            raise TypeError(f"not_from must be the ablation table (course.torch_ablation(...)) or None, got {not_from!r:.60}")
         copied = [s.label for s in not_from.steps if s.decision == "kept" and s.params == recipe.params()]
         if copied:
             raise AssertionError(f"{name}: this recipe is the table's row {copied[-1]!r}, copied: build your own from "
@@ -169,15 +239,10 @@ def recipe_challenge(name: str, recipe: Recipe | None, data: Digits, *, baseline
                         f"(table.baseline), got {baseline!r:.80}")
     if base_acc is None:
         raise ValueError("baseline has no test accuracy to compare with: use a run that measured it")
-    positive("speedup", speedup)
-    if not 0 <= accuracy_tolerance < 1:
-        raise ValueError(f"accuracy_tolerance must be a fraction in [0, 1), got {accuracy_tolerance!r}")
     epochs = epochs or base_epochs
     if epochs is None:
         raise ValueError("pass epochs=... (the number of epochs the baseline trained)")
     epochs = whole("epochs", epochs)
-    if isinstance(compare_s, bool) or not isinstance(compare_s, (int, float)) or not 0 <= compare_s < math.inf:
-        raise ValueError(f"compare_s must be seconds >= 0 (0: no interleaved timing), got {compare_s!r}")
     run = train_recipe(recipe, data, epochs=epochs, device=device)
     if run.diverged:
         raise AssertionError(f"{name}: the recipe {run.notes[0]}")
@@ -202,6 +267,11 @@ def check_tracked(name: str, run: Any, *, metrics: Iterable[str] = ("loss",), tr
     missing; ``run=None`` shows "not answered yet"."""
     from .. import tracking
 
+    text("name", name, empty=False)
+    metrics = texts("metrics", metrics)
+    flag("trace", trace)
+    if root is not None:
+        path_arg("root", root)
     if run is None:
         return NotAnswered(name)
     if not isinstance(run, tracking.TrackedRun):
@@ -299,6 +369,18 @@ def results_card(title: str, tables: Iterable[Any], *, headline: Iterable[tuple[
 
     if not isinstance(title, str) or not title.strip():
         raise ValueError(f"title must be a non-empty text, got {title!r}")
+    if isinstance(tables, (str, bytes)) or not isinstance(tables, Iterable):
+        raise TypeError(f"tables must be a list of gpulab tables, got {type(tables).__name__} {tables!r:.60}")
+    headline = list(headline) if isinstance(headline, (list, tuple)) else headline
+    if not isinstance(headline, list) or not all(isinstance(h, tuple) and len(h) == 2 and all(
+            isinstance(x, str) for x in h) for h in headline):
+        raise TypeError(f"headline must be a list of (what, figure) text pairs, e.g. [('speedup', '2.0x')], got "
+                        f"{headline!r:.80}")
+    if folder is not None:
+        path_arg("folder", folder)
+    if name is not None and (not isinstance(name, str) or not name.strip() or name != Path(name).name
+                             or name in (".", "..")):
+        raise ValueError(f"name must be a file name without folders (e.g. 'capstone'), or None, got {name!r}")
     tables = list(tables)
     for t in tables:
         if not hasattr(t, "_columns"):

@@ -14,15 +14,27 @@ from __future__ import annotations
 import contextlib
 import statistics
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 from .._check import whole
 from .checks import Check, NotAnswered, check
 
 __all__ = ["worker_counts", "NoiseMargin", "noise_margin", "AccumulationBench", "accumulation_bench",
-           "check_allreduce_crossover", "check_strong_scaling", "CROSSOVER_CASE", "fsdp_runs_on_cpu"]
+           "check_allreduce_crossover", "check_strong_scaling", "CROSSOVER_CASE", "fsdp_runs_on_cpu",
+           "model_state_table", "STATE_BYTES", "ZERO_COMMUNICATION"]
 
-# Exercise 1's case: 8 GPUs, a latency of 2 us per ring step, 300 GB/s per direction (NVLink 3 between A100s)
+# Bytes per parameter of fp32 training with Adam, as each data-parallel rank holds them: weights, gradients, Adam's two
+# moments, and DDP's gradient buckets (the flat buffers it all-reduces: a second copy of every gradient, unless
+# DistributedDataParallel(..., gradient_as_bucket_view=True) makes the gradients views into them)
+STATE_BYTES = {"weights": 4, "gradients": 4, "adam": 8, "ddp_buckets": 4}
+# Communication per step per GPU, in volumes of the model's parameters (Psi), as Rajbhandari et al. count them (ZeRO,
+# SC20, section 7): DDP's all-reduce is a reduce-scatter and an all-gather, 2 Psi; ZeRO-1 and ZeRO-2 send the same 2 Psi
+# (a reduce-scatter of the gradients, an all-gather of the updated weights); ZeRO-3 also all-gathers the weights again
+# for backward: 3 Psi, 1.5x DDP's. Each is exactly (N-1)/N of that on N GPUs (a ring).
+ZERO_COMMUNICATION = {"DDP": 2, "ZeRO-1": 2, "ZeRO-2": 2, "ZeRO-3": 3}
+
+# Exercise 1's case: 8 GPUs, a latency of 2 us per ring step, 300 GB/s per direction (NVLink 3 between A100s: the
+# theoretical figure; nccl-tests' all-reduce bus bandwidth reaches about 230 GB/s, gl.published("nccl-allreduce-a100"))
 CROSSOVER_CASE = {"workers": 8, "alpha_s": 2e-6, "link_bytes_per_s": 300e9}
 
 
@@ -261,3 +273,46 @@ def check_strong_scaling(run: Any, efficiency: float | None, one_process_items_p
     expected = r["ddp_items_per_s"] / one_process_items_per_s / world
     return check(name, efficiency, expected, rtol=0.02,
                  hint="the speedup over one process doing the same global batch, divided by the growth in workers")
+
+
+def model_state_table(params: Mapping[str, float], *, gpus: int = 8, gpu: str = "A100 80GB SXM") -> Any:
+    """Per GPU, for models of ``params`` parameters (name -> count) trained in fp32 with Adam on ``gpus`` GPUs: the
+    model state each GPU holds (GiB) with DDP, counting its gradient buckets (:data:`STATE_BYTES`), with DDP and
+    ``gradient_as_bucket_view=True``, and with ZeRO stages 1-3; whether DDP fits one ``gpu`` and ZeRO-3 over ``gpus``
+    does (in the memory a program sees); and what each GPU sends per step with fp32 gradients and weights (GB:
+    :data:`ZERO_COMMUNICATION` times the parameters, times (N-1)/N). Activations come on top of every column.
+
+    Example:
+        >>> t = model_state_table({"1 B": 1e9}, gpus=8)
+        >>> round(float(t.loc["1 B", "DDP: each GPU holds (GiB)"]), 1), round(float(t.loc["1 B", "ZeRO-3 over 8 (GiB)"]), 2)
+        (18.6, 1.86)
+        >>> float(t.loc["1 B", "ZeRO-3: sent per GPU per step (GB)"] / t.loc["1 B", "DDP: sent per GPU per step (GB)"])
+        1.5
+    """
+    import pandas as pd
+
+    from ..reference import gpu_spec
+
+    whole("gpus", gpus)
+    if gpus < 2:
+        raise ValueError(f"gpus must be 2 or more: data parallelism needs more than one, got {gpus}")
+    if not isinstance(params, Mapping) or not params:
+        raise TypeError(f"params must map a model's name to its parameter count, got {params!r}")
+    card, b, gib = gpu_spec(gpu), STATE_BYTES, 2**30
+    rows = {}
+    for name, n in params.items():
+        if isinstance(n, bool) or not isinstance(n, (int, float)) or not n > 0:
+            raise ValueError(f"params[{name!r}] must be a parameter count > 0, got {n!r}")
+        view = n * (b["weights"] + b["gradients"] + b["adam"])
+        zero = {1: n * (b["weights"] + b["gradients"] + b["adam"] / gpus),
+                2: n * (b["weights"] + (b["gradients"] + b["adam"]) / gpus), 3: view / gpus}
+        sent = {k: v * n * 4 * (gpus - 1) / gpus / 1e9 for k, v in ZERO_COMMUNICATION.items()}
+        rows[name] = {"DDP: each GPU holds (GiB)": (view + n * b["ddp_buckets"]) / gib,
+                      "DDP, gradient_as_bucket_view=True (GiB)": view / gib,
+                      **{f"ZeRO-{s} over {gpus} (GiB)": v / gib for s, v in zero.items()},
+                      f"DDP fits one {card.name}": view + n * b["ddp_buckets"] < card.program_memory_bytes,
+                      f"ZeRO-3 / FSDP over {gpus} fits": zero[3] < card.program_memory_bytes,
+                      "DDP: sent per GPU per step (GB)": sent["DDP"],
+                      "ZeRO-1/2: sent per GPU per step (GB)": sent["ZeRO-1"],
+                      "ZeRO-3: sent per GPU per step (GB)": sent["ZeRO-3"]}
+    return pd.DataFrame.from_dict(rows, orient="index")

@@ -18,9 +18,10 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Sequence
 
-from ..telemetry.energy import TOO_SHORT, Energy, EnergyMeter
+from ..telemetry.energy import TOO_SHORT, CounterPeriod, Energy, EnergyMeter
 
-__all__ = ["StepEnergy", "BLOCK_S", "ALONE", "EPOCHS_ALONE", "needs_a_block", "block_energy", "charge_short_windows"]
+__all__ = ["StepEnergy", "BLOCK_S", "ALONE", "EPOCHS_ALONE", "needs_a_block", "block_energy", "charge_short_windows",
+           "gpu_counter_period"]
 
 # Seconds of a step run alone when its GPU windows are too short for NVML's counter: the lessons' short steps and the
 # capstone's short epochs are charged the same block. ML.ENERGY measure GPU energy over windows of at least 5 s
@@ -135,3 +136,21 @@ def charge_short_windows(windows: Sequence[Energy], step: Callable[[], Any], *, 
                      for e in windows)
     return tuple(Energy(e.device, e.seconds, block.watts * e.seconds, block.source, None, block.counted)
                  for e in windows)
+
+
+def gpu_counter_period(device: Any) -> CounterPeriod | None:
+    """How often ``device``'s NVML energy counter advances: what :mod:`gpulab.telemetry.energy` measured on that GPU at
+    its first counter window (measured now, once per GPU and process, where none was read yet), or NVML's usual period
+    assumed with the reason it could not be measured. None for a CPU, and for a GPU whose counter cannot be read.
+
+    Example:
+        >>> gpu_counter_period("cpu") is None
+        True
+    """
+    name = str(device)
+    if not name.startswith("cuda"):
+        return None
+    meter = EnergyMeter(name)
+    meter.start()
+    meter.stop()
+    return meter.period

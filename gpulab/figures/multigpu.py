@@ -31,4 +31,20 @@ FIGURES: tuple[Published, ...] = (
               "(both directions together, ~300 GB/s each way), 10 times the bandwidth of PCIe Gen4.", 600, 600,
               " GB/s", "NVIDIA A100 (SXM, NVLink 3)", "NVIDIA NVLink product page",
               "https://www.nvidia.com/de-de/data-center/nvlink/", "2026-11", "Date: when checked."),
+    Published("nccl-allreduce-a100", "NCCL's all-reduce among 8 A100s over NVLink reaches a bus bandwidth of about "
+              "230 GB/s (nccl-tests' busbw, buffers of gigabytes): each NVLink's 25 GB/s line rate per direction gives "
+              "about 20 GB/s with the 128-byte payloads of NCCL's kernels, 240 GB/s over 12 links, and other "
+              "bottlenecks on the GPU hold it near 230.", 230, 230, " GB/s",
+              "8x NVIDIA A100 SXM (NVLink 3, NVSwitch)",
+              "NCCL developer S. Jeaugey in NVIDIA/nccl-tests issue #149, 'Expected bandwidth results? A100 GPUs over "
+              "NVLink'", "https://github.com/NVIDIA/nccl-tests/issues/149", "2023-07",
+              "What all-reduce reaches; the 300 GB/s per direction of the NVLink page (nvlink-a100) is the theoretical "
+              "line rate."),
+    Published("zero-communication", "ZeRO's communication per step, in volumes of the model's parameters (Psi): "
+              "data parallelism's all-reduce moves 2 Psi per GPU, ZeRO stages 1 and 2 the same 2 Psi (a reduce-scatter "
+              "of the gradients, an all-gather of the updated parameters), stage 3 3 Psi (the parameters are "
+              "all-gathered again for backward): 1.5x data parallelism's.", 1.5, 1.5, "x data parallelism's",
+              "any data-parallel training (an analysis of the collectives, not a measurement)",
+              "Rajbhandari, Rasley, Ruwase, He, 'ZeRO: Memory Optimizations Toward Training Trillion Parameter "
+              "Models' (SC20), section 7", "https://arxiv.org/abs/1910.02054", "2020-11"),
 )

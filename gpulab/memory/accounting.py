@@ -188,8 +188,9 @@ class MemoryEstimate:
         return self.breakdown.peak_bytes
 
     def fits(self) -> Any:
-        """A DataFrame: for each GPU of the course, usable memory, whether the step fits, and the largest
-        batch that would (activations scale with the batch, the rest does not)."""
+        """A DataFrame: for each GPU of the course, the memory a program sees (``GPUSpec.program_memory_bytes``), what
+        is usable after the CUDA context, whether the step fits, and the largest batch that would (activations scale
+        with the batch, the rest does not)."""
         import pandas as pd
 
         from ..reference import GPU_SPECS
@@ -199,9 +200,10 @@ class MemoryEstimate:
         per_item = b.activations_bytes / self.batch_size if self.batch_size else 0
         rows = []
         for name in ("T4", "L4", "A100 40GB SXM", "A100 80GB SXM", "H100 SXM"):
-            usable = GPU_SPECS[name].memory_bytes - self.context_bytes
+            memory = GPU_SPECS[name].program_memory_bytes     # what a program sees (a T4: 14.75 GiB, not 15)
+            usable = memory - self.context_bytes
             max_batch = int((usable - static) // per_item) if per_item and usable > static else 0
-            rows.append({"gpu": name, "memory GiB": GPU_SPECS[name].memory_bytes / GiB,
+            rows.append({"gpu": name, "memory GiB": memory / GiB,
                          "usable GiB": usable / GiB, "fits": b.peak_bytes <= usable,
                          "largest batch (est.)": max(max_batch, 0)})
         return pd.DataFrame(rows).set_index("gpu")

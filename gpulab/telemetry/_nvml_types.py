@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["NVMLDevice", "MemoryInfo", "DeviceOrder"]
+__all__ = ["NVMLDevice", "MemoryInfo", "DeviceOrder", "PcieLink"]
 
 
 @dataclass(frozen=True)
@@ -63,3 +63,20 @@ class DeviceOrder:
     source: Literal["torch", "env", "nvml"]
     ambiguous: bool = False
     notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PcieLink:
+    """A GPU's PCIe link as NVML reads it: the ``generation`` and ``width`` (lanes) the link can run at, the lower of
+    what the GPU and the slot support (``nvmlDeviceGetMaxPcieLinkGeneration`` / ``...Width``), and the generation and
+    width it runs at now (``current_*``: an idle GPU lowers them to save power, so they read low between copies)."""
+
+    generation: int
+    width: int
+    current_generation: int | None = None
+    current_width: int | None = None
+
+    def __str__(self) -> str:
+        now = (f"; running at Gen{self.current_generation} x{self.current_width} now"
+               if self.current_generation and self.current_width else "")
+        return f"PCIe Gen{self.generation} x{self.width}{now}"

@@ -31,11 +31,12 @@ from types import ModuleType
 from typing import Any, Callable, Mapping
 
 from . import _nvml_binding
-from ._nvml_types import DeviceOrder, MemoryInfo, NVMLDevice
+from ._nvml_types import DeviceOrder, MemoryInfo, NVMLDevice, PcieLink
 
 __all__ = ["NVMLStatus", "NVMLDevice", "MemoryInfo", "DeviceOrder", "status", "devices", "mig_devices",
            "device_handle", "memory_info", "query", "handle_by_uuid", "shutdown", "visible_devices", "device_order",
-           "temperature_c", "cuda_memory_info", "cuda_handle", "first_answer", "gpm_metrics", "clocks_and_bus"]
+           "temperature_c", "cuda_memory_info", "cuda_handle", "first_answer", "gpm_metrics", "clocks_and_bus",
+           "PcieLink", "pcie_link"]
 
 log = logging.getLogger("gpulab")
 
@@ -479,3 +480,22 @@ def clocks_and_bus(cuda_index: int) -> tuple[int | None, int | None, int | None]
     """Max SM clock (MHz), max memory clock (MHz, counted as CUDA's memoryClockRate) and memory bus width (bits)."""
     return tuple(None if h is None else query(fn, h, *a) for h in [cuda_handle(cuda_index)] for fn, *a in (
         ("nvmlDeviceGetMaxClockInfo", _CLOCK_SM), ("nvmlDeviceGetMaxClockInfo", _CLOCK_MEM), ("nvmlDeviceGetMemoryBusWidth",)))
+
+
+def pcie_link(cuda_index: int = 0) -> PcieLink | None:
+    """The PCIe link of the CUDA device ``cuda_index``: the generation and width it can run at (the GPU's and the
+    slot's lower), and what it runs at now; None without NVML, or where NVML cannot read the link (a MIG slice, a
+    virtual GPU, a driver without the query).
+
+    Example:
+        >>> pcie_link(0) is None or pcie_link(0).width >= 1
+        True
+    """
+    h = cuda_handle(cuda_index)
+    if h is None:
+        return None
+    gen, width = query("nvmlDeviceGetMaxPcieLinkGeneration", h), query("nvmlDeviceGetMaxPcieLinkWidth", h)
+    if not gen or not width:
+        return None
+    return PcieLink(int(gen), int(width), query("nvmlDeviceGetCurrPcieLinkGeneration", h),
+                    query("nvmlDeviceGetCurrPcieLinkWidth", h))

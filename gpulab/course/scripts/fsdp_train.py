@@ -8,7 +8,7 @@ or, from a notebook, ``gl.launch("gpulab.course.scripts.fsdp_train", nproc=2)``.
    (:func:`fully_shard` on each ``Linear`` and on the root: every rank holds ``1/world`` of each parameter, a
    ``DTensor`` sharded on dim 0, and gathers a layer's full weights only while it runs);
 2. trains both for ``--steps`` steps with Adam on its own shard of the same global batches;
-3. reports the bytes of parameters, gradients and Adam's moments this rank holds in each, the global mean loss of
+3. reports the bytes of parameters, gradients and Adam's moments this rank holds in each (and DDP's gradient buckets), the global mean loss of
    every step for both, and the largest difference between the two models' final weights.
 
 ``fully_shard`` is public as ``torch.distributed.fsdp.fully_shard`` from torch 2.6; torch 2.4 and 2.5 have it as
@@ -29,7 +29,8 @@ from gpulab.course.data_parallel import fsdp_runs_on_cpu as runs_on_cpu
 from gpulab.distributed import WorkerInfo, barrier, init_worker, report, shard_indices
 from gpulab.timing import synchronize
 
-__all__ = ["parse_args", "import_fully_shard", "runs_on_cpu", "local_bytes", "state_bytes", "train_both", "main"]
+__all__ = ["parse_args", "import_fully_shard", "runs_on_cpu", "local_bytes", "state_bytes", "ddp_bucket_bytes",
+           "train_both", "main"]
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -107,6 +108,20 @@ def state_bytes(model: Any, optimizer: Any) -> dict[str, int]:
     moments = [v for s in optimizer.state.values() for v in s.values() if hasattr(v, "numel") and v.dim() > 0]
     return {"params": local_bytes(params), "grads": local_bytes(p.grad for p in params),
             "optimizer": local_bytes(moments)}
+
+
+def ddp_bucket_bytes(ddp: Any) -> int | None:
+    """The bytes a DDP model's gradient buckets hold beside its gradients: the sizes of the flat buffers its reducer
+    all-reduces, as DDP logs them (``_get_ddp_logging_data()["bucket_sizes"]``), a second copy of every gradient; 0
+    with ``gradient_as_bucket_view=True``, where the gradients are views into the buckets. None where this torch does
+    not log them (or before the first backward has built the buckets)."""
+    if getattr(ddp, "gradient_as_bucket_view", False):
+        return 0
+    try:
+        sizes = str(ddp._get_ddp_logging_data().get("bucket_sizes", ""))
+        return sum(int(b) for b in sizes.replace(" ", "").split(",") if b) or None
+    except (AttributeError, RuntimeError, ValueError):
+        return None
 
 
 def _median(times: list[float]) -> float:
@@ -207,6 +222,7 @@ def train_both(info: WorkerInfo, args: argparse.Namespace) -> dict[str, Any]:
             dist.all_reduce(mean)
             losses[name].append(float(mean) / world)
     held = {name: state_bytes(models[name], optimizers[name]) for name in models}
+    held["ddp"]["buckets"] = ddp_bucket_bytes(ddp)     # DDP's second copy of the gradients (None: not logged here)
     diff = max(float((_full(a) - _full(b)).abs().max()) for a, b in zip(ddp.module.parameters(), sharded.parameters()))
     full_bytes = sum(p.numel() * p.element_size() for p in base.parameters())
     return {"param_count": sum(p.numel() for p in base.parameters()), "full_param_bytes": full_bytes,
