@@ -264,18 +264,11 @@ def recipe_stepper(recipe: Recipe, data: Digits, *, device: Any = None, seed: in
         >>> [step() for _ in range(5)]
         [16, 16, 16, 16, 16]
     """
-    from ..timing import synchronize
-
     t = _Trainer(recipe, data, device, seed, None)
     state: dict[str, Any] = {"it": iter(())}
 
     def step() -> int:
-        try:
-            x, y = next(state["it"])
-        except StopIteration:
-            synchronize(t.dev)      # the last epoch's copies are done before its buffers are refilled
-            state["it"] = t.batches.epoch()
-            x, y = next(state["it"])
+        x, y = _next_batch(t, state)
         with _tf32(recipe, t.dev):
             t.step(x, y)
         return int(y.shape[0])
@@ -424,8 +417,6 @@ def _train(t: _Trainer, data: Digits, epochs: int, run: Any) -> RecipeRun:
 def _steps_alone(t: _Trainer) -> Any:
     """The trained recipe's step, batch after batch and epoch after epoch, at learning rate 0 (the same work; the
     weights stay as trained): what a block charged to epochs too short for the GPU's energy counter runs."""
-    from ..timing import synchronize
-
     state: dict[str, Any] = {"it": iter(())}
 
     def step() -> None:
@@ -433,12 +424,7 @@ def _steps_alone(t: _Trainer) -> Any:
             t.lr_factor = None
             for group in t.optimizer.param_groups:
                 group["lr"] = 0.0
-        try:
-            x, y = next(state["it"])
-        except StopIteration:
-            synchronize(t.dev)      # the last epoch's copies are done before its buffers are refilled
-            state["it"] = t.batches.epoch()
-            x, y = next(state["it"])
+        x, y = _next_batch(t, state)
         with _tf32(t.recipe, t.dev):
             t.step(x, y)
     return step
@@ -463,3 +449,15 @@ def _accuracy(model: Any, d: Digits, dev: Any, autocast: Any) -> float:
 def with_changes(recipe: Recipe, **changes: Any) -> Recipe:
     """``recipe`` with some fields changed (validated)."""
     return replace(recipe, **changes)
+
+
+def _next_batch(t: Any, state: dict[str, Any]) -> Any:
+    """The trainer's next batch, starting a new epoch when one ends (its copies done before its buffers refill)."""
+    try:
+        return next(state["it"])
+    except StopIteration:
+        from ..timing import synchronize
+
+        synchronize(t.dev)
+        state["it"] = t.batches.epoch()
+        return next(state["it"])
