@@ -45,8 +45,7 @@ SYNC_IDLE_SHARE = 0.15  # the device idles after host syncs this share of the st
 HOST_GAP_SHARE = 0.5   # on a CPU, this share of the step outside any operator: Python between operators
 IN_OPS_SHARE = 0.5     # the step's (non-data) time inside long operators (busy device): they set the pace
 OVERHEAD_SHARE = 0.2   # ... and this share outside them is overhead worth naming beside the main verdict
-SLOW_COMPUTE_SHARE = 0.25  # long operators on the compute side this far below the ceiling: too small to fill it
-MIN_BOUND_SHARE = 0.1  # a part below this share of its ceiling is never called bound by that ceiling
+MIN_BOUND_SHARE = 0.1  # long operators below this share of their side's ceiling are never called bound by it
 PRECISION_SHARE = 0.4  # ... and at this share of the fp32 ceiling or more, a faster 16-bit ceiling is the lever
 OPTIMIZER_SHARE = 0.4  # the optimizer's range takes this share of the step and more than any other phase
 OPTIMIZER_NOTE_SHARE = 0.2  # ... or this much beside another verdict: worth a finding of its own
@@ -284,8 +283,8 @@ def diagnose_profile(summary: Any) -> Any:
     ceilings (cache-aware: each operator's bytes at the ceiling of the cache its working set fits), a step whose
     operators need >= 50% of its time at the ceilings is ``compute-bound`` / ``precision-bound`` / ``memory-bound``
     by the roof that bounds it; so is a step whose non-data time is >= 50% inside long operators (>= 50 us; on a
-    GPU: the device busy with kernels that are not tiny) on the memory side, or on the compute side at >= 25% of the
-    ceiling (precision-bound from 40%), unless the step makes hundreds of tiny operator calls (>= 200 per step,
+    GPU: the device busy with kernels that are not tiny) at >= 10% of the ceiling of the side that bounds it
+    (precision-bound from 40%), unless the step makes hundreds of tiny operator calls (>= 200 per step,
     median < 20 us: overhead whatever else runs); a CPU step near a roof on fewer threads than the cores, whose work
     the whole machine's measured ceilings would run >= 1.25x faster, is ``thread-bound``; otherwise ``sync-bound``
     (GPU idle >= 15% of the step after host syncs) or ``overhead-bound`` with its cause. Findings add where the time
@@ -320,9 +319,9 @@ def diagnose_profile(summary: Any) -> Any:
         # hundreds of tiny operator calls per step are overhead whatever a few long ones do
         many_tiny = (not gpu and s.op_calls_per_step >= MANY_OPS_PER_STEP and s.median_op_s is not None
                      and s.median_op_s < TINY_OP_S)
-        slow_ops = roof.efficiency < NEAR_CEILING and in_ops >= IN_OPS_SHARE and not many_tiny and (
-            (roof.bound == "memory" and roof.memory_share >= MIN_BOUND_SHARE)
-            or (roof.bound == "compute" and roof.compute_share >= SLOW_COMPUTE_SHARE))
+        side_share = roof.memory_share if roof.bound == "memory" else roof.compute_share
+        slow_ops = (roof.efficiency < NEAR_CEILING and in_ops >= IN_OPS_SHARE and not many_tiny
+                    and side_share >= MIN_BOUND_SHARE)
         near = (roof.efficiency >= NEAR_CEILING or slow_ops) and not roof.count_unreliable
         if roof.count_unreliable:
             f.append(Finding("info", "count", "the work count does not fit this machine's ceilings: judged by the "
