@@ -106,7 +106,7 @@ __all__ = [
     "measure_loader", "compare_loaders", "launch", "torchrun_command",
 ]
 
-# The toolkit's names by topic, as the API reference shows them (tests/test_house.py: every name of __all__ once).
+# The toolkit's names by topic, as the API reference shows them (tests/project/test_house.py: every name of __all__ once).
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Set-up and diagnosis", ("setup", "by_device", "device", "system_info", "doctor", "device_query")),
     ("Timing", ("benchmark", "benchmark_interleaved", "timer", "Measurement")),

@@ -11,7 +11,7 @@ Each attempt is classified:
   folder, a thread or a child process still running (``tests/globalstate.py`` takes the snapshots);
 - ``loss``: it changed or removed data it was not asked to write (a logged run's store, a file of the user's).
 
-``python tests/badinput.py`` prints the counts and every attempt that was not clear; ``tests/test_bad_input_sweep.py``
+``python tests/badinput.py`` prints the counts and every attempt that was not clear; ``tests/project/test_bad_input_sweep.py``
 asserts them. A new public function needs an entry in ``CASES`` (a test checks that every name of
 ``gpulab.__all__`` has one).
 """
@@ -346,7 +346,7 @@ def cases_() -> list[Case]:  # noqa: PLR0915 - one table
     from gpulab import compiling, data, distributed, kernels, limits, memory, preflight, profiling, roofline, streams
     from gpulab import timing, tracking, transfer
     from gpulab import course
-    from gpulab.course.ablation import accuracy_floor
+    from gpulab.course.capstone.ablation import accuracy_floor
     capstone = SimpleNamespace(accuracy_floor=accuracy_floor, **{n: getattr(course, n) for n in (   # lesson 12's calls
         "Recipe", "train_recipe", "recipe_stepper", "digits_on_disk", "Change", "ablate")})
 

@@ -3,7 +3,7 @@
 What cannot drift, because it *is* the real library's: the structs returned (``c_nvmlMemory_t``,
 ``c_nvmlMemory_v2_t``, ``c_nvmlUtilization_t``, ``c_nvmlGpmSupport_t``, ``c_nvmlGpmMetricsGet_t``, …),
 the error class (``pynvml.NVMLError(code)`` → ``NVMLError_NotSupported`` …) and every constant. What is
-checked against it by ``tests/test_fakes_match_real.py``: every ``nvml*`` function here exists in pynvml
+checked against it by ``tests/project/test_fakes_match_real.py``: every ``nvml*`` function here exists in pynvml
 with the same parameters and defaults.
 
 Machines are recorded shapes of real ones (names, compute capabilities, memory, MIG slots, GPM) with

@@ -10,6 +10,7 @@ import inspect
 import io
 import re
 import time
+from typing import Any
 
 EXAMPLE = '''\
 import numpy as np
@@ -95,6 +96,21 @@ def _run_example() -> tuple[str, str, str]:
     return table._repr_html_(), png, str(scope["m32"].env)
 
 
+def course_parts(modules: list[str], page: Any) -> str:
+    """The course's modules grouped by part (``gpulab.course.<part>``): a heading per part, its lessons from the
+    part's docstring, a row per module."""
+    parts = [m for m in modules if m.startswith("gpulab.course.") and m.count(".") == 2]
+    out = []
+    for part in parts:
+        mods = [m for m in modules if m.startswith(part + ".") and m.count(".") == 3
+                and not m.rsplit(".", 1)[1].startswith("_")]
+        title = summary(importlib.import_module(part))
+        out.append(f'<h3><a href="{page(part)}">{html.escape(part.removeprefix("gpulab."))}</a></h3>'
+                   f"<p>{title}</p>"
+                   + _table([(m.removeprefix(part + "."), page(m), summary(importlib.import_module(m))) for m in mods]))
+    return "".join(out)
+
+
 def landing(modules: list[str], version: str, run_example: bool = True) -> str:
     """The landing page's HTML."""
     import gpulab
@@ -112,11 +128,10 @@ def landing(modules: list[str], version: str, run_example: bool = True) -> str:
                                                                 for n in names]) for title, names in gpulab.GROUPS)
     course_side = ("gpulab.course", "gpulab.preflight")   # the lessons' scaffolding, and the preflight over them
     toolkit_mods = [m for m in modules if m.count(".") == 1 and not m.startswith(course_side)]
-    course_mods = ["gpulab.preflight"] + [m for m in modules if m.startswith("gpulab.course.") and m.count(".") == 2]
     page = lambda m: m.replace(".", "/") + ".html"   # noqa: E731
     below = _table([(m, page(m), summary(importlib.import_module(m))) for m in toolkit_mods])
-    course = _table([(m.removeprefix("gpulab.").replace("preflight", "preflight (python -m gpulab check)"), page(m),
-                     summary(importlib.import_module(m))) for m in course_mods])
+    course = _table([("preflight (python -m gpulab check)", page("gpulab.preflight"),
+                      summary(importlib.import_module("gpulab.preflight")))]) + course_parts(modules, page)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>gpulab {version}: API reference</title><style>{CSS}</style></head>

@@ -24,7 +24,7 @@ __all__ = ["GPUSampler", "THROTTLE_REASONS", "SLOWDOWN_MASK", "POWER_CAP_MASK", 
 # Clock event ("throttle") reasons: nvml.h's nvmlClocksEventReason* bits (pynvml's nvmlClocksEventReason* and
 # the older nvmlClocksThrottleReason* constants have the same values).
 # Kept here, not read from pynvml: traces and reports decode them where nvidia-ml-py is not installed (equal to
-# pynvml's from 12.535 on: tests/test_fakes_match_real.py).
+# pynvml's from 12.535 on: tests/project/test_fakes_match_real.py).
 GPU_IDLE, APPLICATIONS_CLOCKS, SW_POWER_CAP, HW_SLOWDOWN, SYNC_BOOST = 0x1, 0x2, 0x4, 0x8, 0x10
 SW_THERMAL, HW_THERMAL, HW_POWER_BRAKE, DISPLAY_CLOCKS = 0x20, 0x40, 0x80, 0x100
 THROTTLE_REASONS = {

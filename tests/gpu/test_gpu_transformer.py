@@ -11,11 +11,11 @@ import pytest
 
 import gpulab as gl
 from gpulab.attention import sdpa_backends
-from gpulab.course.attention_sweep import attention_sweep
-from gpulab.course.flash_attention import check_flash_attention, flash_attention, time_flash_attention
-from gpulab.course.generation import generation_speed
-from gpulab.course.gpt import gpt, text_tokens, token_batch
-from gpulab.course.gpt_mfu import gpt_mfu
+from gpulab.course.transformers.attention_sweep import attention_sweep
+from gpulab.course.transformers.flash_attention import check_flash_attention, flash_attention, time_flash_attention
+from gpulab.course.transformers.generation import generation_speed
+from gpulab.course.transformers.gpt import gpt, text_tokens, token_batch
+from gpulab.course.transformers.mfu import gpt_mfu
 from gpulab.transformer import TransformerShape, mfu
 
 

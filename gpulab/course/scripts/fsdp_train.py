@@ -25,7 +25,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from gpulab import course
-from gpulab.course.data_parallel import fsdp_runs_on_cpu as runs_on_cpu
+from gpulab.course.distributed.data_parallel import fsdp_runs_on_cpu as runs_on_cpu
 from gpulab.distributed import WorkerInfo, barrier, init_worker, report, shard_indices
 from gpulab.timing import synchronize
 
@@ -137,7 +137,7 @@ class _Data:
         self.args = args
         self.tokens = None
         if args.model == "gpt":
-            from gpulab.course.gpt import text_tokens
+            from gpulab.course.transformers.gpt import text_tokens
 
             self.tokens = text_tokens()
 
@@ -145,7 +145,7 @@ class _Data:
         a = self.args
         if a.model == "mlp":
             return course.models.mlp(hidden=a.hidden, layers=a.layers)
-        from gpulab.course.gpt import gpt
+        from gpulab.course.transformers.gpt import gpt
         from gpulab.transformer import TransformerShape
 
         return gpt(TransformerShape(layers=a.layers, d_model=a.hidden, heads=a.heads, seq_len=a.seq_len, vocab=256))
@@ -155,7 +155,7 @@ class _Data:
             return course.models.example_batch("mlp", n, seed=seed)
         import torch
 
-        from gpulab.course.gpt import token_batch
+        from gpulab.course.transformers.gpt import token_batch
 
         return token_batch(self.tokens, n, self.args.seq_len, torch.Generator().manual_seed(seed))
 

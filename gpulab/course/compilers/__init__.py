@@ -1,0 +1,6 @@
+"""Compilers and kernels: lessons 10 (compilers and graphs) and 11 (kernels and streams).
+
+torch.compile's modes and what max-autotune tunes (``modes``), compiled recipes checked to run compiled (``guard``,
+used by lessons 12 and 13 too), the bytes of a naive and a tiled matmul kernel (``kernels``) and sectors per warp
+load (``coalescing``).
+"""

@@ -1,0 +1,225 @@
+"""Lesson 13's GPT levers: recipes refuse bad values, accumulation and checkpointing keep the step's math, every
+recipe is judged on the same held-out windows after the same tokens, and the ablation keeps, drops and branches as
+the capstone's rule says."""
+from __future__ import annotations
+
+import doctest
+
+import pytest
+import torch
+
+from gpulab.course.transformers import train as gpt_train
+from gpulab.course.transformers.gpt import gpt, text_tokens, token_batch
+from gpulab.course.transformers.train import GPTRecipe, gpt_ablation, gpt_changes, train_gpt
+from gpulab.transformer import TransformerShape
+
+SHAPE = TransformerShape(layers=1, d_model=32, heads=2, seq_len=32, vocab=256)
+
+
+def test_doctests():
+    assert doctest.testmod(gpt_train, optionflags=doctest.ELLIPSIS).failed == 0
+
+
+@pytest.mark.parametrize("bad", [dict(precision="fp8"), dict(micro_batch=0), dict(accumulation=1.5), dict(lr=0),
+                                 dict(lr=True)])
+def test_a_recipe_refuses_bad_values_by_name(bad):
+    with pytest.raises((ValueError, TypeError), match=next(iter(bad))):
+        GPTRecipe(**bad)
+
+
+def test_describe_names_what_differs():
+    assert GPTRecipe().describe() == "fp32, micro-batch 8, lr 0.003"
+    assert GPTRecipe(compile=True, checkpoint=True).describe() == "fp32, micro-batch 8, compiled blocks, checkpointed blocks, lr 0.003"
+
+
+def _grads(recipe, batches):
+    torch.manual_seed(0)
+    model = gpt(SHAPE)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    if recipe.checkpoint:
+        model, opt, _, _ = gpt_train._blocks(SHAPE, recipe, "cpu", 0)
+    loss = gpt_train._step(model, opt, None, recipe, batches, "cpu")
+    return float(loss), [p.grad.clone() for p in model.parameters()]
+
+
+def test_accumulation_and_checkpointing_keep_the_steps_math():
+    x, y = token_batch(text_tokens(), 8, SHAPE.seq_len, torch.Generator().manual_seed(0))
+    loss, full = _grads(GPTRecipe(micro_batch=8), [(x, y)])
+    acc_loss, acc = _grads(GPTRecipe(micro_batch=2, accumulation=4), list(zip(x.split(2), y.split(2))))
+    ck_loss, ck = _grads(GPTRecipe(micro_batch=8, checkpoint=True), [(x, y)])
+    assert acc_loss == pytest.approx(loss, rel=1e-5) and ck_loss == pytest.approx(loss, rel=1e-6)
+    for a, b, c in zip(full, acc, ck):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-6) and torch.allclose(a, c, rtol=1e-5, atol=1e-7)
+
+
+def test_training_learns_and_is_judged_on_the_same_held_out_windows():
+    a = train_gpt(SHAPE, GPTRecipe(micro_batch=8), steps=24, device="cpu")
+    b = train_gpt(SHAPE, GPTRecipe(micro_batch=8), steps=24, device="cpu")
+    assert a.tokens_per_step == 8 * 32 and len(a.step_times_s) == 24 and len(a.epoch_times_s) == 4
+    assert a.losses[-1] < a.losses[0] and a.test_loss < 5.5 and a.test_accuracy > 0.05   # ln 256 = 5.5 untrained
+    assert a.test_loss == pytest.approx(b.test_loss, rel=1e-4)          # same seed, same windows: the same result
+    assert a.flops_per_sample == SHAPE.flops_per_token() and a.samples_per_s > 0
+    with pytest.raises(TypeError, match="TransformerShape"):
+        train_gpt("gpt2", GPTRecipe())
+
+
+def test_a_diverging_recipe_says_what_to_change(monkeypatch):
+    monkeypatch.setattr(gpt_train, "_step", lambda *a: torch.tensor(float("nan")))
+    with pytest.raises(FloatingPointError, match="lower lr"):
+        train_gpt(SHAPE, GPTRecipe(micro_batch=2), steps=3, device="cpu")
+
+
+def test_memory_levers_show_in_the_measured_peak():
+    plain = train_gpt(SHAPE.__class__(layers=2, d_model=64, heads=2, seq_len=64, vocab=256), GPTRecipe(micro_batch=16),
+                      steps=2, device="cpu")
+    acc = train_gpt(plain_shape := TransformerShape(layers=2, d_model=64, heads=2, seq_len=64, vocab=256),
+                    GPTRecipe(micro_batch=4, accumulation=4), steps=2, device="cpu")
+    ckpt = train_gpt(plain_shape, GPTRecipe(micro_batch=16, checkpoint=True), steps=2, device="cpu")
+    assert acc.peak_memory_bytes < plain.peak_memory_bytes and ckpt.peak_memory_bytes < plain.peak_memory_bytes
+
+
+def test_the_levers_follow_the_device():
+    changes = {c.label: c for c in gpt_changes(SHAPE, device="cpu")}
+    assert not changes["torch.compile each block"].available and "compile_on_cpu" in changes["torch.compile each block"].why_not
+    assert gpt_changes(SHAPE, device="cpu", compile_on_cpu=True)[2].available
+    assert changes["accumulation x4 (memory)"].branch and changes["activation checkpointing (memory)"].branch
+    fits = {8: 100.0, 16: 150.0, 32: 200.0}
+    gpt_train_fits = gpt_train.micro_batches_that_fit
+    try:
+        gpt_train.micro_batches_that_fit = lambda shape, r, device=None: fits
+        options = changes["largest micro-batch"].fields(GPTRecipe(micro_batch=8))
+        assert [o[1]["micro_batch"] for o in options] == [32, 16]              # the fastest first
+        fits.update({16: 103.0, 32: 90.0})                                      # none faster by 5%: nothing to try
+        assert changes["largest micro-batch"].fields(GPTRecipe(micro_batch=8)) == []
+    finally:
+        gpt_train.micro_batches_that_fit = gpt_train_fits
+    assert changes["accumulation x4 (memory)"].fields(GPTRecipe(micro_batch=8)) == {"micro_batch": 2, "accumulation": 4}
+
+
+def test_the_ablation_keeps_drops_and_branches_after_the_same_tokens():
+    table = gpt_ablation(SHAPE, tokens=4096, device="cpu", accuracy_seeds=0, compare_s=0.1)
+    decisions = {s.label: s.decision for s in table.steps}
+    assert decisions["baseline"] == "baseline"
+    assert decisions["torch.compile each block"] == "not available"                 # a CPU, compile_on_cpu=False
+    assert decisions["accumulation x4 (memory)"] == decisions["activation checkpointing (memory)"] == "branch"
+    assert decisions["fused AdamW"] in ("kept", "dropped")
+    assert [d for k, d in decisions.items() if k.startswith("largest micro-batch")][0] in ("kept", "dropped")
+    kept = [s for s in table.steps if s.decision == "kept"]
+    assert all(s.test_accuracy >= table.accuracy_floor - 1e-9 for s in kept), table          # the keep rule
+    assert "tokens" in " ".join(table.notes) and "held-out" in " ".join(table.notes)
+
+
+def test_the_challenge_counts_tokens_and_holds_accuracy(monkeypatch):
+    from gpulab import course
+    from gpulab.course.lesson.checks import NotAnswered
+
+    assert isinstance(course.gpt_challenge("faster", SHAPE, None), NotAnswered)
+    with pytest.raises(TypeError, match="GPTRecipe"):
+        course.gpt_challenge("faster", SHAPE, {"precision": "bf16"})
+    big = course.gpt_challenge("more tokens per step", SHAPE, GPTRecipe(micro_batch=32), baseline=GPTRecipe(micro_batch=1),
+                               speedup=1.2, tokens=2048, accuracy_tolerance=0.99, min_run_time=0.3, device="cpu")
+    assert big.passed and big.speedup > 1.2 and "tokens" in repr(big)
+    with pytest.raises(AssertionError, match="missed by"):                     # tokens/s, not calls/s, are compared
+        course.gpt_challenge("fewer tokens per step", SHAPE, GPTRecipe(micro_batch=1), baseline=GPTRecipe(micro_batch=32),
+                             speedup=1.0, tokens=2048, accuracy_tolerance=0.99, min_run_time=0.3, device="cpu")
+    real = gpt_train.train_gpt
+    monkeypatch.setattr(gpt_train, "train_gpt", lambda shape, r, **kw: __import__("dataclasses").replace(
+        real(shape, r, **kw), test_accuracy=0.1 if r.micro_batch == 32 else 0.5))
+    with pytest.raises(AssertionError, match="does not compute the same"):
+        course.gpt_challenge("less accurate", SHAPE, GPTRecipe(micro_batch=32), baseline=GPTRecipe(micro_batch=1),
+                             speedup=1.2, tokens=2048, min_run_time=0.3, device="cpu")
+
+
+def test_the_micro_batches_that_fit_are_timed():
+    fits = gpt_train.micro_batches_that_fit(SHAPE, GPTRecipe(micro_batch=2), device="cpu")
+    assert sorted(fits) == [2, 4, 8] and all(v > 0 for v in fits.values())      # up to 4x, all within a T4's memory
+
+
+# ---- bad input: refused before any work, naming the argument -------------------------------------------------------
+@pytest.mark.parametrize("field,value", [("checkpoint", "no"), ("compile", "False"), ("fused", 1), ("fused", None),
+                                         ("checkpoint", 0.0)])
+def test_a_lever_is_switched_by_a_real_bool_only(field, value):
+    """"no" and "False" are truthy: accepted, they switched the lever on and describe() said "compiled blocks"."""
+    with pytest.raises(TypeError, match=f"{field} must be True or False, got {value!r}"):
+        GPTRecipe(**{field: value})
+
+
+def _no_work(monkeypatch):
+    """Any training or timing from here on fails the test: a bad argument must be refused before it."""
+    def work(*a, **k):
+        raise AssertionError("trained or timed before the arguments were checked")
+    from gpulab.course.capstone import torch_ablation as capstone_torch
+
+    monkeypatch.setattr(gpt_train, "_blocks", work)                    # every model a recipe trains or times
+    monkeypatch.setattr(capstone_torch, "_ceiling", work)              # the ablation's measured ceilings
+
+
+@pytest.mark.parametrize("bad,match", [(dict(accuracy_tolerance=5), "accuracy_tolerance must be a fraction in"),
+                                       (dict(accuracy_tolerance=1.0), "accuracy_tolerance"),
+                                       (dict(accuracy_tolerance=-0.1), "accuracy_tolerance"),
+                                       (dict(speedup=float("nan")), "speedup must be a target ratio"),
+                                       (dict(speedup=float("inf")), "speedup"), (dict(speedup=0), "speedup"),
+                                       (dict(speedup=-2.0), "speedup"), (dict(speedup="2"), "speedup"),
+                                       (dict(speedup=True), "speedup"), (dict(baseline=3), "baseline must be"),
+                                       (dict(min_run_time=0), "min_run_time"), (dict(name=""), "name")])
+def test_the_challenge_refuses_what_would_pass_or_fail_anything_before_any_timing(monkeypatch, bad, match):
+    from gpulab import course
+
+    _no_work(monkeypatch)
+    args = dict(name="faster", shape=SHAPE, yours=GPTRecipe(micro_batch=2), device="cpu")
+    with pytest.raises((TypeError, ValueError), match=match):
+        course.gpt_challenge(**{**args, **bad})
+    with pytest.raises((TypeError, ValueError), match=match):           # not answered yet: still checked
+        course.gpt_challenge(**{**args, "yours": None, **bad})
+
+
+def test_training_leaves_the_callers_random_generators_as_they_were():
+    import random
+
+    import numpy as np
+
+    torch.manual_seed(1234)
+    random.seed(5)
+    np.random.seed(6)
+    before = torch.get_rng_state(), random.getstate(), np.random.get_state()[1].copy()
+    train_gpt(SHAPE, GPTRecipe(micro_batch=2), steps=2, device="cpu", eval_windows=2)
+    gpt_train.gpt_stepper(SHAPE, GPTRecipe(micro_batch=2), device="cpu", seed=3)()
+    assert torch.equal(torch.get_rng_state(), before[0])               # re-seeded to 0 before: weights, then batches
+    assert random.getstate() == before[1] and np.array_equal(np.random.get_state()[1], before[2])
+    again = train_gpt(SHAPE, GPTRecipe(micro_batch=2), steps=2, device="cpu", eval_windows=2)
+    torch.manual_seed(99)                                               # the caller's seed does not change the run
+    assert train_gpt(SHAPE, GPTRecipe(micro_batch=2), steps=2, device="cpu", eval_windows=2).losses == again.losses
+
+
+def test_a_context_longer_than_the_text_is_refused_before_training(monkeypatch):
+    _, held = gpt_train._split(text_tokens())
+    _no_work(monkeypatch)
+    too_long = TransformerShape(layers=1, d_model=32, heads=2, seq_len=len(held) - 1, vocab=256)
+    with pytest.raises(ValueError, match=rf"shape.seq_len={len(held) - 1} is longer than the course's held-out text .*"
+                                         rf"allows: it has {len(held):,} tokens.*at most {len(held) - 2:,}"):
+        train_gpt(too_long, GPTRecipe(micro_batch=1), steps=2, device="cpu")
+    longest = TransformerShape(layers=1, d_model=32, heads=2, seq_len=len(held) - 2, vocab=256)
+    gpt_train._args(longest, GPTRecipe(), "cpu", held_out=True)       # the longest it allows passes the check
+    with pytest.raises(ValueError, match="training text"):
+        gpt_train.gpt_stepper(TransformerShape(layers=1, d_model=32, heads=2, seq_len=10**7, vocab=256), GPTRecipe())
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda: train_gpt(TransformerShape(1, 32, 2, 32, 100), GPTRecipe(), device="cpu"), "vocab=100 is smaller"),
+    (lambda: train_gpt(SHAPE, {"precision": "bf16"}, device="cpu"), "recipe must be a course.GPTRecipe"),
+    (lambda: train_gpt(SHAPE, GPTRecipe(), seed=-1, device="cpu"), "seed must be a whole number >= 0"),
+    (lambda: train_gpt(SHAPE, GPTRecipe(), seed=2.5, device="cpu"), "seed"),
+    (lambda: train_gpt(SHAPE, GPTRecipe(), run=3, device="cpu"), "run must be an open"),
+    (lambda: train_gpt(SHAPE, GPTRecipe(), device="tpu"), "device='tpu'"),
+    (lambda: gpt_train.gpt_stepper(SHAPE, 3), "recipe must be"),
+    (lambda: gpt_changes(SHAPE, device="cpu", compile_on_cpu="yes"), "compile_on_cpu"),
+    (lambda: gpt_ablation(SHAPE, baseline=3, device="cpu"), "baseline must be"),
+    (lambda: gpt_ablation(SHAPE, compare_s=-1, device="cpu"), "compare_s"),
+    (lambda: gpt_ablation(SHAPE, accuracy_tolerance=1.0, device="cpu"), "accuracy_tolerance"),
+    (lambda: gpt_ablation(SHAPE, price_per_hour="no-such-price", device="cpu"), "price_per_hour"),
+    (lambda: gpt_ablation(SHAPE, track=["x"], device="cpu"), "track"),
+    (lambda: gpt_train.micro_batches_that_fit(SHAPE, GPTRecipe(), device="cpu", up_to=0), "up_to")])
+def test_bad_arguments_are_refused_by_name_before_any_work(monkeypatch, call, match):
+    _no_work(monkeypatch)
+    with pytest.raises((TypeError, ValueError), match=match):
+        call()

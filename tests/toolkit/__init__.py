@@ -1,0 +1,1 @@
+"""The toolkit (``gpulab``), mirrored: a test file per top-level module here, a folder per subpackage."""
