@@ -16,6 +16,7 @@ from gpulab.course.transformers.flash_attention import check_flash_attention, fl
 from gpulab.course.transformers.generation import generation_speed
 from gpulab.course.transformers.gpt import gpt, text_tokens, token_batch
 from gpulab.course.transformers.mfu import gpt_mfu
+from gpulab.course.transformers.train import GPTRecipe, train_gpt
 from gpulab.transformer import TransformerShape, mfu
 
 
@@ -112,6 +113,17 @@ def test_gpt2_small_training_step_tokens_per_s_and_mfu(cuda, figure):
                     f"TFLOP/s); {100 * share:.0f}% of the measured {peak / 1e12:.0f}")
         assert report.headline_peak == "datasheet" and 0.0 < report.of_datasheet <= report.of_measured * 1.05
     assert torch.isfinite(loss) and 0.0 < share < 1.0
+
+
+def test_a_training_steps_peak_holds_weights_gradients_and_adam_state(cuda, figure):
+    """The step's peak counts its own gradients: measured above a base without the last step's (set to None first),
+    so an fp32 AdamW step peaks at 16 bytes per parameter or more (weights, gradients, two moments) plus activations."""
+    shape = TransformerShape(layers=4, d_model=512, heads=8, seq_len=64, vocab=256)      # parameters >> activations
+    run = train_gpt(shape, GPTRecipe(micro_batch=1), steps=2, device=cuda, eval_windows=2)
+    params = shape.params
+    figure("gpt_step_peak_bytes_per_parameter", run.peak_memory_bytes / params, "B",
+           note=f"{params / 1e6:.1f}M parameters, fp32 AdamW, micro-batch 1 x 64 tokens")
+    assert run.peak_memory_bytes >= 16 * params, (run.peak_memory_bytes, params)
 
 
 def test_the_kv_cache_speeds_generation_and_holds_the_counted_bytes(cuda, figure):

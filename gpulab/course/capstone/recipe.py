@@ -387,6 +387,7 @@ def _train(t: _Trainer, data: Digits, epochs: int, run: Any) -> RecipeRun:
         else:
             x, y = next(iter(batches.epoch()))
             resident = _tensor_bytes([*model.parameters(), *_optimizer_state_tensors(optimizer), *batches.resident()])
+            optimizer.zero_grad(set_to_none=True)      # so the backward below allocates its gradients
             with _step_memory(dev) as grown:
                 with autocast():
                     F.cross_entropy(model(x), y).backward()

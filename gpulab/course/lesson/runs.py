@@ -163,6 +163,8 @@ def train_interleaved(runs: Mapping[str, tuple[Any, Any, TrainConfig]],
             model, run_model, optimizer, config, scaler, dev = prepared[label]
             x, y = (t.to(dev, non_blocking=True) for t in batch)
             measure = step == memory_step
+            if measure:     # the last step's gradients go before the base is read: the step allocates its own
+                optimizer.zero_grad(set_to_none=True)
             resident = _resident_bytes(model, optimizer, (x, y)) if measure else 0
             meters[label].start()                 # the last step ended synchronised; reads stay outside the timing
             t0 = time.perf_counter()

@@ -286,6 +286,7 @@ def _train_gpt(shape: TransformerShape, recipe: GPTRecipe, steps: int, dev: Any,
         if run is not None:
             run.log_metrics({"loss": float(loss)}, step=i)
     energy = meter.stop() if steps > 1 else None
+    opt.zero_grad(set_to_none=True)         # the last step's gradients go: the step below allocates its own
     resident = _resident_bytes(model, opt, [t for b in batches for t in b])
     with _step_memory(dev) as grown:        # one more step, untimed: the peak above what stays resident
         _step(model, opt, scaler, recipe, batches, dev)

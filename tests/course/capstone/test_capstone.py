@@ -108,7 +108,8 @@ def test_train_recipe_reports_what_it_did(small, recipe):
     assert r.samples_per_epoch == small.n_train and len(r.epoch_times_s) == 2
     assert len(r.chunk_rates) == 1 and len(r.chunk_rates[0]) >= 4 and r.samples_per_s > 0
     assert r.spread_pct is None          # one timed epoch: nothing to compare it with
-    assert 0.0 <= r.test_accuracy <= 1.0 and r.peak_memory_bytes > 397_510 * 4   # at least the fp32 weights
+    # at least the fp32 weights and their gradients (the last step's set to None first: the measured step makes its own)
+    assert 0.0 <= r.test_accuracy <= 1.0 and r.peak_memory_bytes > 397_510 * 8
     # forward (2 matmuls) + backward (weight gradients of both layers, input gradient of the second)
     assert r.flops_per_sample == 2 * (784 * 500 + 500 * 10) * 2 + 2 * 500 * 10
     assert r.losses[-1][0] == 2 * steps_per_epoch

@@ -78,6 +78,14 @@ def test_memory_levers_show_in_the_measured_peak():
     assert acc.peak_memory_bytes < plain.peak_memory_bytes and ckpt.peak_memory_bytes < plain.peak_memory_bytes
 
 
+def test_the_peak_holds_weights_gradients_and_adam_state():
+    """The measured step's peak counts its own gradients (the last step's are set to None before the base is read),
+    so an fp32 AdamW step peaks at 16 bytes per parameter or more: weights, gradients and two moments."""
+    shape = TransformerShape(layers=2, d_model=128, heads=2, seq_len=16, vocab=256)     # parameters >> activations
+    run = train_gpt(shape, GPTRecipe(micro_batch=1), steps=2, eval_windows=2)
+    assert run.peak_memory_bytes >= 16 * shape.params, (run.peak_memory_bytes, shape.params)
+
+
 def test_the_levers_follow_the_device():
     changes = {c.label: c for c in gpt_changes(SHAPE, device="cpu")}
     assert not changes["torch.compile each block"].available and "compile_on_cpu" in changes["torch.compile each block"].why_not
