@@ -98,6 +98,7 @@ from .transformers.gpt import generate, gpt, text_tokens, token_batch
 from .transformers.attention_sweep import AttentionPoint, AttentionSweep, attention_sweep, manual_attention
 from .transformers.flash_attention import (FlashCase, FlashCheck, FlashTiming, check_flash_attention, flash_attention, key_tiles,
                                            time_flash_attention)
+from .transformers.heldout import Unigram, unigram_baseline
 from .transformers.generation import GenerationRow, GenerationSpeed, generation_speed
 from .transformers.train import (GPTRecipe, GPTRun, gpt_ablation, gpt_challenge, gpt_changes, gpt_stepper, micro_batches_that_fit,
                                  train_gpt)
@@ -115,7 +116,7 @@ __all__ = [
     "gpt", "text_tokens", "token_batch", "generate", "AttentionPoint", "AttentionSweep", "attention_sweep",
     "manual_attention", "flash_attention", "check_flash_attention", "time_flash_attention", "key_tiles", "FlashCase",
     "FlashCheck", "FlashTiming", "GenerationRow", "GenerationSpeed", "generation_speed", "GPTRecipe", "GPTRun", "train_gpt",
-    "gpt_stepper", "gpt_changes", "gpt_ablation", "gpt_challenge", "micro_batches_that_fit",
+    "gpt_stepper", "gpt_changes", "gpt_ablation", "gpt_challenge", "micro_batches_that_fit", "unigram_baseline", "Unigram",
     "check_tracked", "recipe_ceiling", "recipe_challenge", "RecipeChallenge", "results_card", "ResultsCard", "results_dir", "runs_dir",
     "challenge_target", "ChallengeTarget",
     "MFU", "mfu_report", "GPTMFU", "gpt_mfu",

@@ -27,6 +27,7 @@ from ..capstone.ablation import Ablation, Change, ablate
 from ..capstone.ablation_table import _fraction
 from ..capstone.recipe import keep_rng
 from .checks import fits_text, run_arg, seed_arg, shape_arg
+from .heldout import split_text, unigram_baseline
 
 __all__ = ["GPTRecipe", "GPTRun", "train_gpt", "gpt_stepper", "gpt_changes", "gpt_ablation", "gpt_challenge",
            "micro_batches_that_fit"]
@@ -191,12 +192,6 @@ def _step(model: Any, opt: Any, scaler: Any, recipe: GPTRecipe, batches: Sequenc
     return total
 
 
-def _split(tokens: Any) -> tuple[Any, Any]:
-    """Training text and held-out text: the last tenth of the corpus is never trained on."""
-    cut = int(len(tokens) * 0.9)
-    return tokens[:cut], tokens[cut:]
-
-
 def _recipe_arg(name: str, value: Any) -> GPTRecipe:
     if not isinstance(value, GPTRecipe):
         raise TypeError(f"{name} must be a course.GPTRecipe (e.g. course.GPTRecipe(precision='bf16')), got "
@@ -216,7 +211,7 @@ def _args(shape: Any, recipe: Any, device: Any, seed: Any = 0, *, held_out: bool
         _recipe_arg(recipe_name, recipe)
     device_arg("device", device)
     seed_arg("seed", seed)
-    train, held = _split(text_tokens())
+    train, held = split_text(text_tokens())
     fits_text(shape, "course's training text", len(train))
     if held_out:
         fits_text(shape, "course's held-out text (the last tenth, never trained on)", len(held))
@@ -232,7 +227,7 @@ def gpt_stepper(shape: TransformerShape, recipe: GPTRecipe, *, device: Any = Non
 
     dev = _args(shape, recipe, device, seed)
     model, opt, scaler, guard = _blocks(shape, recipe, dev, seed)
-    train, _ = _split(text_tokens())
+    train, _ = split_text(text_tokens())
     gen = torch.Generator().manual_seed(seed)
     batches = [token_batch(train, recipe.micro_batch, shape.seq_len, gen, device=dev) for _ in range(recipe.accumulation)]
     return lambda: _first_checked(guard, _step, model, opt, scaler, recipe, batches, dev)
@@ -259,7 +254,7 @@ def _train_gpt(shape: TransformerShape, recipe: GPTRecipe, steps: int, dev: Any,
     from .gpt import text_tokens, token_batch
 
     model, opt, scaler, guard = _blocks(shape, recipe, dev, seed)
-    train, held = _split(text_tokens())
+    train, held = split_text(text_tokens())
     gen = torch.Generator().manual_seed(seed)
     from ...telemetry.energy import EnergyMeter
     from ..lesson.runs import _resident_bytes, _step_memory
@@ -375,7 +370,7 @@ def micro_batches_that_fit(shape: TransformerShape, recipe: GPTRecipe, *, device
     dev = _args(shape, recipe, device)
     whole("up_to", up_to)
     model, opt, scaler, guard = _blocks(shape, recipe, dev, 0)
-    train, _ = _split(text_tokens())
+    train, _ = split_text(text_tokens())
     gen = torch.Generator().manual_seed(0)
 
     def step(n: int) -> None:
@@ -429,8 +424,20 @@ def gpt_ablation(shape: TransformerShape, *, tokens: int = 65_536, baseline: GPT
                    f"one lever at a time ({dev.type})", accuracy_tolerance=accuracy_tolerance, track=track,
                    device=str(dev), rerun=rerun if accuracy_seeds else None, accuracy_seeds=accuracy_seeds,
                    price_per_hour=price_per_hour)
-    return replace(table, notes=(f"every recipe trained on {tokens:,} tokens of the course's text; accuracy = "
-                                 "next-token accuracy on held-out windows; samples = tokens",))
+    return replace(table, notes=_ablation_notes(tokens, table.baseline.test_accuracy))
+
+
+def _ablation_notes(tokens: int, baseline_accuracy: float | None) -> tuple[str, ...]:
+    """The GPT ablation's notes: what it trained on, and whether its baseline learned more than byte frequencies
+    (if not, the accuracy floor cannot tell a working lever from a broken one)."""
+    floor = unigram_baseline()
+    notes = [f"every recipe trained on {tokens:,} tokens of the course's text; accuracy = next-token accuracy on "
+             f"held-out windows (byte frequencies alone: {floor.accuracy:.1%}); samples = tokens"]
+    if baseline_accuracy is not None and not floor.beaten_by(baseline_accuracy):
+        notes.append(f"the baseline reached {baseline_accuracy:.1%}, within 2 points of guessing by byte frequencies "
+                     f"({floor.accuracy:.1%}): after {tokens:,} tokens the accuracy floor cannot tell a working lever "
+                     "from a broken one; train on more tokens")
+    return tuple(notes)
 
 
 def _judging(accuracy_tolerance: Any, compile_on_cpu: Any, accuracy_seeds: Any, compare_s: Any, price_per_hour: Any,
@@ -486,9 +493,11 @@ def gpt_challenge(name: str, shape: TransformerShape, yours: GPTRecipe | None, *
                                  min_run_time=min_run_time, warmup=2, device=dev, items=per, energy=False)
     acc = {k: train_gpt(shape, r, steps=max(4, tokens // per[k]), device=dev).test_accuracy
            for k, r in (("baseline", base), ("yours", yours))}
+    floor = unigram_baseline()              # what guessing by byte frequency alone scores, shown beside
     same = acc["yours"] >= acc["baseline"] - accuracy_tolerance
     result = Challenge(f"{name} (held-out accuracy {acc['yours']:.1%} vs the baseline's {acc['baseline']:.1%} after "
-                       f"{tokens:,} tokens)", str(dev), 1.0 / runs["baseline"].items_per_s,
+                       f"{tokens:,} tokens; byte frequencies alone: {floor.accuracy:.1%})", str(dev),
+                       1.0 / runs["baseline"].items_per_s,
                        1.0 / runs["yours"].items_per_s, float(speedup), same,
                        bool(runs["baseline"].noisy or runs["yours"].noisy))
     if not result.passed:
