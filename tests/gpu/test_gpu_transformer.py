@@ -132,8 +132,12 @@ def test_the_kv_cache_speeds_generation_and_holds_the_counted_bytes(cuda, figure
     shape = TransformerShape(layers=6, d_model=512, heads=8, seq_len=512, vocab=256)
     torch.manual_seed(0)
     model = gpt(shape).to(cuda)
-    speed = generation_speed(model, prompt_len=64, new_tokens=128, batches=(1, 16), repeats=2)
+    limits = gl.machine_limits(cuda, dtypes=["float32"])
+    speed = generation_speed(model, prompt_len=64, new_tokens=128, batches=(1, 16), repeats=2, limits=limits)
     figure("generation_cache_speedup_batch1", speed.cache_speedup(1), "x", note=repr(speed))
+    figure("generation_batch1_share_of_decode_roofline", 100 * speed.row(1).roofline_share, "%",
+           note=f"bound {speed.row(1).roofline_tokens_per_s:,.0f} tokens/s from {speed.row(1).bytes_per_step:,} B per step")
+    assert all(0 < r.roofline_share <= 1 for r in speed.rows), speed
     figure("generation_tokens_per_s_batch16_cached", speed.row(16).cached_tokens_per_s, "tokens/s")
     for b in (1, 16):
         row = speed.row(b)

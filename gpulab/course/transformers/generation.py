@@ -1,6 +1,7 @@
 """Generation speed of the course's GPT: tokens per second with and without a KV cache, the latency of one new token
-as the batch grows (throughput bought with latency), and the cache's bytes measured against the count
-:meth:`gpulab.transformer.TransformerShape.kv_cache_bytes` gives.
+as the batch grows (throughput bought with latency), the cache's bytes measured against the count
+:meth:`gpulab.transformer.TransformerShape.kv_cache_bytes` gives, and the decode roofline: a cached step reads every
+weight and everything the cache holds, so tokens/s <= batch x bandwidth / (weight bytes + KV bytes read per step).
 
 Example:
     >>> from gpulab.course.transformers.generation import generation_speed
@@ -18,11 +19,11 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ..._check import device_arg, whole
-from ..._format import TableView, fmt_bytes, fmt_number, fmt_seconds
+from ..._format import TableView, fmt_bytes, fmt_number, fmt_rate, fmt_seconds
 from .gpt import generate
 from .checks import model_arg
 
-__all__ = ["GenerationRow", "GenerationSpeed", "generation_speed"]
+__all__ = ["GenerationRow", "GenerationSpeed", "generation_speed", "decode_bytes_per_step"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,15 @@ class GenerationRow:
     step_latency_s: float
     cache_bytes: int
     counted_bytes: int
+    bytes_per_step: int = 0
+    roofline_tokens_per_s: float | None = None
+
+    @property
+    def roofline_share(self) -> float | None:
+        """The cached run's tokens/s over the decode roofline's (at most 1: a ceiling beaten was measured too low)."""
+        if not self.roofline_tokens_per_s:
+            return None
+        return min(1.0, self.cached_tokens_per_s / self.roofline_tokens_per_s)
 
 
 @dataclass(frozen=True, repr=False)
@@ -47,6 +57,7 @@ class GenerationSpeed(TableView):
     new_tokens: int
     device: str
     title: str = "Generation: tokens/s with and without a KV cache"
+    bandwidth_note: str = ""
 
     def row(self, batch: int) -> GenerationRow:
         for r in self.rows:
@@ -64,15 +75,21 @@ class GenerationSpeed(TableView):
         return pd.DataFrame([vars(r) for r in self.rows]).set_index("batch")
 
     def _columns(self) -> tuple[list[str], list[list[str]], str]:
+        roof = any(r.roofline_tokens_per_s for r in self.rows)
         header = ["batch", "tokens/s, cache", "tokens/s, no cache", "cache speedup", "latency per token",
-                  "cache memory", "counted"]
+                  "cache memory", "counted"] + (["read per step", "decode roofline", "share"] if roof else [])
         rows = [[str(r.batch), fmt_number(r.cached_tokens_per_s), fmt_number(r.uncached_tokens_per_s),
                  f"{r.cached_tokens_per_s / r.uncached_tokens_per_s:.2f}x", fmt_seconds(r.step_latency_s),
-                 fmt_bytes(r.cache_bytes), fmt_bytes(r.counted_bytes)] for r in self.rows]
+                 fmt_bytes(r.cache_bytes), fmt_bytes(r.counted_bytes)]
+                + ([fmt_bytes(r.bytes_per_step), f"{fmt_number(r.roofline_tokens_per_s)} tokens/s",
+                    f"{r.roofline_share:.0%}"] if roof else []) for r in self.rows]
         note = (f"greedy decoding of {self.new_tokens} tokens after a {self.prompt_len}-token prompt on {self.device}, "
                 "best of the repeats; tokens/s counts every sequence of the batch; latency per token = the cached run's time / "
                 "new tokens (the prompt's pass included); counted = 2 x layers x batch x "
                 "tokens x d_model x bytes per value")
+        if roof:
+            note += ("; read per step = every weight once + the cache's mean length over the steps; decode roofline = "
+                     f"batch x bandwidth / read per step ({self.bandwidth_note})")
         return header, rows, note
 
 
@@ -82,10 +99,21 @@ def _synced(device: Any) -> None:
     synchronize(device)
 
 
+def decode_bytes_per_step(model: Any, batch: int, prompt_len: int, new_tokens: int, bytes_per_value: int) -> int:
+    """Bytes one cached decoding step reads at the least: every weight once (the tied output layer counted once) and
+    the K and V of every token the cache holds, at its mean length over the steps."""
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    held = prompt_len + (new_tokens - 1) / 2                 # from prompt_len to prompt_len + new_tokens - 1 tokens
+    per_token = model.shape.kv_cache_bytes(batch, 1, bytes_per_value)
+    return int(weights + held * per_token)
+
+
 def generation_speed(model: Any, *, prompt_len: int = 32, new_tokens: int = 64, batches: Sequence[int] = (1, 4, 16),
-                     repeats: int = 3, device: Any = None) -> GenerationSpeed:
+                     repeats: int = 3, device: Any = None, limits: Any = None) -> GenerationSpeed:
     """Time greedy generation with and without the KV cache at each batch size (best of ``repeats``), and measure
-    the bytes the cache holds at the end against the count."""
+    the bytes the cache holds at the end against the count. With ``limits`` (a :class:`gpulab.MachineLimits` of the
+    model's device) each row gets the decode roofline: batch x the bandwidth of the level the bytes fit in
+    (``limits.bandwidth_for``) / the bytes a step reads (:func:`decode_bytes_per_step`)."""
     import torch
 
     model_arg("model", model)
@@ -106,6 +134,10 @@ def generation_speed(model: Any, *, prompt_len: int = 32, new_tokens: int = 64, 
         raise ValueError(f"device={device!r} but the model is on {where}: move the model (model.to(...)) or leave "
                          "device=None")
     dev = where
+    from ...limits import MachineLimits
+
+    if limits is not None and (not isinstance(limits, MachineLimits) or limits.device.split(":")[0] != dev.type):
+        raise TypeError(f"limits must be the gl.machine_limits() of the model's device ({dev}), got {limits!r:.80}")
     model.eval()
     gen = torch.Generator().manual_seed(0)        # prompts drawn apart from the caller's global generator
     rows = []
@@ -124,6 +156,13 @@ def generation_speed(model: Any, *, prompt_len: int = 32, new_tokens: int = 64, 
         held = sum(t.numel() * t.element_size() for layer in best[True][1] for t in layer)
         per_value = next(t.element_size() for layer in best[True][1] for t in layer)
         counted = shape.kv_cache_bytes(b, prompt_len + new_tokens - 1, per_value)
+        read = decode_bytes_per_step(model, b, prompt_len, new_tokens, per_value)
+        bound = None if limits is None else b * limits.bandwidth_for(read) / read
         rows.append(GenerationRow(b, b * new_tokens / best[True][0], b * new_tokens / best[False][0],
-                                  best[True][0] / new_tokens, held, counted))
-    return GenerationSpeed(tuple(rows), prompt_len, new_tokens, str(dev))
+                                  best[True][0] / new_tokens, held, counted, read, bound))
+    note = ""
+    if limits is not None:
+        bws = sorted({limits.bandwidth_for(r.bytes_per_step) for r in rows})
+        note = ("the measured copy bandwidth of the memory level the step's bytes fit in: "
+                + ", ".join(fmt_rate(bw) for bw in bws))
+    return GenerationSpeed(tuple(rows), prompt_len, new_tokens, str(dev), bandwidth_note=note)

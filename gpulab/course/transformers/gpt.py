@@ -29,7 +29,49 @@ from ..._check import device_arg, flag, whole
 from ...transformer import TransformerShape
 from .checks import ids, model_arg, same_device, shape_arg, token_text
 
-__all__ = ["gpt", "text_tokens", "token_batch", "generate"]
+__all__ = ["gpt", "text_tokens", "token_batch", "generate", "StaticKV", "static_caches"]
+
+
+class StaticKV:
+    """One block's KV cache, preallocated: K and V buffers of ``capacity`` tokens each (allocated at the first
+    :meth:`append`, in the dtype and on the device of what it receives), filled up to ``length``. Appending writes in
+    place and returns views of everything held, so a decoding step copies only its own token's K and V (a cache
+    that concatenates copies all of them every step: O(T^2) bytes over T tokens)."""
+
+    __slots__ = ("capacity", "k", "v", "length")
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = whole("capacity", capacity)
+        self.k: Any = None
+        self.v: Any = None
+        self.length = 0
+
+    def append(self, k: Any, v: Any) -> tuple[Any, Any]:
+        """Write ``k`` and ``v`` (batch, heads, tokens, head_dim) after what is held; views of all of it."""
+        end = self.length + k.shape[2]
+        if end > self.capacity:
+            raise ValueError(f"the cache holds {self.capacity} tokens: {self.length} held + {k.shape[2]} new do not fit; "
+                             "make it with the prompt's length + the new tokens (static_caches)")
+        if self.k is None:
+            b, h, _, hd = k.shape
+            self.k, self.v = k.new_empty(b, h, self.capacity, hd), v.new_empty(b, h, self.capacity, hd)
+        self.k[:, :, self.length:end] = k
+        self.v[:, :, self.length:end] = v
+        self.length = end
+        return self.k[:, :, :end], self.v[:, :, :end]
+
+    def __iter__(self) -> Any:                        # the buffers, as a [K, V] list is iterated
+        return iter(() if self.k is None else (self.k, self.v))
+
+    def __repr__(self) -> str:
+        return f"StaticKV({self.length} of {self.capacity} tokens)"
+
+
+def static_caches(model: Any, capacity: int) -> list[StaticKV]:
+    """One preallocated :class:`StaticKV` per block of ``model``, each for ``capacity`` tokens (the prompt and every
+    new token but the last, which is never fed back)."""
+    model_arg("model", model)
+    return [StaticKV(capacity) for _ in model.blocks]
 
 
 @functools.lru_cache(maxsize=1)
@@ -51,7 +93,9 @@ def _classes() -> tuple[type, type]:
             b, t, d = x.shape
             q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2)
                        for z in self.qkv(self.ln1(x)).split(d, dim=2))
-            if cache is not None:                     # decoding: keep every K and V seen so far
+            if isinstance(cache, StaticKV):           # decoding: K and V written into preallocated buffers
+                k, v = cache.append(k, v)
+            elif cache is not None:                   # a plain list: every K and V concatenated (a copy per step)
                 if cache and t > 1:
                     raise ValueError("a cache takes the prompt at once, then one token per step")
                 if cache:
@@ -130,11 +174,12 @@ def _check_forward(model: Any, idx: Any, targets: Any, caches: Any, start: Any) 
         same_device("targets", targets, model)
     if caches is not None:
         if not isinstance(caches, list) or len(caches) != len(model.blocks) or not all(
-                isinstance(c, list) and len(c) in (0, 2) for c in caches):
-            raise TypeError(f"caches must be a list of {len(model.blocks)} lists, one per block ([] to start, then "
-                            f"the [K, V] it fills), got {caches!r:.80}")
-        held = {0 if not c else int(c[0].shape[2]) for c in caches}
-        batches = {int(c[0].shape[0]) for c in caches if c}
+                isinstance(c, StaticKV) or (isinstance(c, list) and len(c) in (0, 2)) for c in caches):
+            raise TypeError(f"caches must be a list of {len(model.blocks)} caches, one per block: static_caches(model, "
+                            f"tokens), or lists ([] to start, then the [K, V] it fills), got {caches!r:.80}")
+        held = {c.length if isinstance(c, StaticKV) else (0 if not c else int(c[0].shape[2])) for c in caches}
+        batches = {int(c.k.shape[0]) if isinstance(c, StaticKV) else int(c[0].shape[0]) for c in caches
+                   if (c.k is not None if isinstance(c, StaticKV) else c)}
         if len(held) != 1 or held.pop() != start or batches - {idx.shape[0]}:
             raise ValueError(f"caches hold the tokens before idx: start={start} must be the number of tokens they "
                              f"hold and idx's batch ({idx.shape[0]}) theirs; pass fresh caches ([[] for _ in "
@@ -195,7 +240,8 @@ def token_batch(tokens: Any, batch: int, seq_len: int, generator: Any = None, de
 def generate(model: Any, prompt: Any, new_tokens: int, *, kv_cache: bool = True) -> tuple[Any, Any]:
     """Greedy decoding of ``new_tokens`` after ``prompt`` (a ``(batch, t)`` tensor); returns ``(tokens, caches)``.
     With ``kv_cache`` each step runs the newest token only, reading every earlier K and V from the cache (``caches``:
-    per layer ``[K, V]``); without it each step runs the whole sequence again (``caches`` None)."""
+    a preallocated :class:`StaticKV` per layer, written in place); without it each step runs the whole sequence again
+    (``caches`` None)."""
     import torch
 
     model_arg("model", model)
@@ -212,7 +258,7 @@ def generate(model: Any, prompt: Any, new_tokens: int, *, kv_cache: bool = True)
                 logits, _ = model(out)
                 out = torch.cat([out, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
             return out, None
-        caches: list = [[] for _ in model.blocks]
+        caches: list = static_caches(model, prompt.shape[1] + new_tokens - 1)   # the last token is never fed back
         logits, _ = model(out, caches=caches)
         for _ in range(new_tokens):
             nxt = logits[:, -1].argmax(-1, keepdim=True)

@@ -97,7 +97,7 @@ def test_the_forward_names_bad_targets_positions_and_caches(trained):
         model(x, start=-1)
     with pytest.raises(ValueError, match=r"start \(60\) \+ idx's 8 tokens exceed the model's context of 64"):
         model(x, start=60)
-    with pytest.raises(TypeError, match="caches must be a list of 2 lists"):
+    with pytest.raises(TypeError, match=r"caches must be a list of 2 caches, one per block: static_caches\(model"):
         model(x, caches=[[]] * 5)
     caches = [[] for _ in model.blocks]
     with torch.no_grad():
@@ -107,6 +107,33 @@ def test_the_forward_names_bad_targets_positions_and_caches(trained):
         with pytest.raises(ValueError, match="one new token per sequence"):
             model(x[:, :2], caches=caches, start=8)
         assert model(x[:, :1], caches=caches, start=8)[0].shape == (2, 1, 256)
+
+
+def test_a_static_cache_decodes_as_the_concatenating_one_and_copies_only_the_new_token(trained):
+    """The preallocated cache gives the same logits as a cache that concatenates, token by token; its buffers are
+    allocated once (the same storage from the first step to the last) and it refuses a token past its capacity."""
+    from gpulab.course.transformers.gpt import StaticKV, static_caches
+
+    model, _, _ = trained
+    x = _ids()
+    static, plain = static_caches(model, 12), [[] for _ in model.blocks]
+    with torch.no_grad():
+        a, _ = model(x, caches=static)
+        b, _ = model(x, caches=plain)
+        storage = static[0].k.untyped_storage().data_ptr()
+        for i in range(4):
+            nxt = a[:, -1].argmax(-1, keepdim=True)
+            a, _ = model(nxt, caches=static, start=8 + i)
+            b, _ = model(nxt, caches=plain, start=8 + i)
+            torch.testing.assert_close(a, b)
+        assert static[0].k.untyped_storage().data_ptr() == storage and static[0].length == 12
+        assert static[0].k.shape[2] == 12 and repr(static[0]) == "StaticKV(12 of 12 tokens)"
+        with pytest.raises(ValueError, match="the cache holds 12 tokens: 12 held \\+ 1 new do not fit"):
+            model(nxt, caches=static, start=12)
+        with pytest.raises(ValueError, match="capacity must be a whole number"):
+            StaticKV(0)
+        with pytest.raises(ValueError, match="start=3 must be the number of tokens they hold"):
+            model(x[:, :1], caches=static_caches(model, 4), start=3)
 
 
 def test_generation_and_windows_name_their_bad_arguments(trained):
