@@ -94,7 +94,7 @@ from .capstone.report import ChallengeTarget, challenge_target
 from .capstone.mfu import MFU, mfu_report
 from .transformers.mfu import GPTMFU, gpt_mfu
 from .capstone.energy import PrecisionCost, compare_precisions, energy_headline, precision_cost
-from .transformers.gpt import generate, gpt, text_tokens, token_batch
+from .transformers.gpt import StaticKV, generate, gpt, static_caches, text_tokens, token_batch
 from .transformers.attention_sweep import AttentionPoint, AttentionSweep, attention_sweep, manual_attention
 from .transformers.flash_attention import (FlashCase, FlashCheck, FlashTiming, check_flash_attention, flash_attention, key_tiles,
                                            time_flash_attention)
@@ -113,7 +113,7 @@ __all__ = [
     "digits_on_disk", "ablate", "Ablation", "AblationStep", "Change", "torch_ablation", "torch_changes", "largest_batch", "interleaved_gain",
     "KerasRecipe", "KerasRun", "train_keras_recipe", "keras_changes", "keras_ablation",
     "PrecisionCost", "precision_cost", "compare_precisions", "energy_headline",
-    "gpt", "text_tokens", "token_batch", "generate", "AttentionPoint", "AttentionSweep", "attention_sweep",
+    "gpt", "text_tokens", "token_batch", "generate", "StaticKV", "static_caches", "AttentionPoint", "AttentionSweep", "attention_sweep",
     "manual_attention", "flash_attention", "check_flash_attention", "time_flash_attention", "key_tiles", "FlashCase",
     "FlashCheck", "FlashTiming", "GenerationRow", "GenerationSpeed", "generation_speed", "GPTRecipe", "GPTRun", "train_gpt",
     "gpt_stepper", "gpt_changes", "gpt_ablation", "gpt_challenge", "micro_batches_that_fit", "unigram_baseline", "Unigram",

@@ -1,8 +1,8 @@
 """Lesson 13's paths on a real GPU: SDPA picks a fused backend for 16-bit inputs, the written-out attention's memory
 grows as T^2 and SDPA's as T, the course's Triton FlashAttention-2 forward matches SDPA at T = 1024 and is timed
 against it, a GPT-2-small-shaped training step's tokens/s and MFU against the datasheet's dense peak (as published
-runs quote it) and the measured 16-bit ceiling, and greedy generation with a KV cache faster than without, its cache
-holding the counted bytes."""
+runs quote it) and the measured 16-bit ceiling, a step's peak holding weights, gradients and Adam state, and greedy
+generation with a KV cache faster than without, its cache holding the counted bytes, against the decode roofline."""
 from __future__ import annotations
 
 import time
