@@ -23,7 +23,7 @@ from ..._format import TableView, fmt_bytes, fmt_number, fmt_rate, fmt_seconds
 from .gpt import generate
 from .checks import model_arg
 
-__all__ = ["GenerationRow", "GenerationSpeed", "generation_speed", "decode_bytes_per_step"]
+__all__ = ["GenerationRow", "GenerationSpeed", "generation_speed"]
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,7 @@ def static_caches(model: Any, capacity: int) -> list[StaticKV]:
     """One preallocated :class:`StaticKV` per block of ``model``, each for ``capacity`` tokens (the prompt and every
     new token but the last, which is never fed back)."""
     model_arg("model", model)
+    capacity = whole("capacity", capacity)
     return [StaticKV(capacity) for _ in model.blocks]
 
 
