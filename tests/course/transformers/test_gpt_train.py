@@ -200,7 +200,7 @@ def test_training_leaves_the_callers_random_generators_as_they_were():
 
 
 def test_a_context_longer_than_the_text_is_refused_before_training(monkeypatch):
-    _, held = gpt_train._split(text_tokens())
+    _, held = gpt_train.split_text(text_tokens())
     _no_work(monkeypatch)
     too_long = TransformerShape(layers=1, d_model=32, heads=2, seq_len=len(held) - 1, vocab=256)
     with pytest.raises(ValueError, match=rf"shape.seq_len={len(held) - 1} is longer than the course's held-out text .*"
