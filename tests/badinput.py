@@ -782,7 +782,7 @@ def _gpt_cases() -> list[Case]:
         C("gpt.attention_sweep", course.attention_sweep,
           {"seq_lens": [16, 32], "batch": 1, "heads": 2, "head_dim": 8, "min_run_time": 0.01, "device": "cpu"},
           {"seq_lens": [3, "128", [], [0], [2.5], None], "batch": "count", "heads": "count", "head_dim": "count",
-           "dtype": [3, "float16", torch.int64], "device": "device", "min_run_time": "pos"}),
+           "dtype": [3, "float16", torch.int64], "device": "device", "min_run_time": "pos", "backward": "flag"}),
         C("gpt.generation_speed", course.generation_speed,
           {"model": g["model"], "prompt_len": 4, "new_tokens": 4, "batches": (1,), "repeats": 1},
           {"model": [3, "gpt", None, torch.nn.Linear(2, 2)], "prompt_len": [*KINDS["count"], 10**6],

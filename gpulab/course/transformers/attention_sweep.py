@@ -11,11 +11,12 @@ Example:
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ..._check import device_arg, positive, whole
+from ..._check import device_arg, flag, positive, whole
 from ..._format import TableView, fmt_bytes, fmt_seconds
 
 __all__ = ["AttentionPoint", "AttentionSweep", "attention_sweep", "manual_attention"]
@@ -58,6 +59,7 @@ class AttentionSweep(TableView):
     dtype: str
     device: str
     title: str = "Attention: written out vs scaled_dot_product_attention"
+    backward: bool = False
 
     def growth(self, which: str = "manual", metric: str = "memory") -> float | None:
         """The exponent k in ``metric ~ T^k`` fitted over the sweep (least squares on logs): about 2 for memory
@@ -85,8 +87,12 @@ class AttentionSweep(TableView):
         gm, gs = self.growth("manual"), self.growth("sdpa")
         fit = ("memory grows as T^{:.2f} written out and T^{:.2f} with SDPA (fitted over the sweep)".format(gm, gs)
                if gm is not None and gs is not None else "")
+        what = ("forward and backward (the written-out version keeps its T x T probabilities for the backward; SDPA's "
+                "fused kernels keep O(T) statistics and recompute the scores)" if self.backward else
+                "one forward pass without autograd (nothing kept for a backward: in training the written-out version "
+                "also keeps its T x T probabilities until the backward; attention_sweep(..., backward=True) measures it)")
         note = (f"batch {self.batch} x {self.heads} heads of {self.head_dim}, {self.dtype} on {self.device}, causal, "
-                f"one forward pass; memory = the peak of what the call allocated")
+                f"{what}; memory = the peak of what the call allocated")
         return header, rows, "; ".join(n for n in (note, fit) if n)
 
     def plot(self, ax: Any = None) -> Any:
@@ -112,11 +118,21 @@ class AttentionSweep(TableView):
         return fig
 
 
+def _training(fn: Any, q: Any, k: Any, v: Any, **kw: Any) -> Any:
+    """A call of ``fn`` forward and backward, as training runs it: fresh leaves, the output summed, gradients made."""
+    def call() -> None:
+        qq, kk, vv = (x.detach().requires_grad_() for x in (q, k, v))
+        fn(qq, kk, vv, **kw).sum().backward()
+    return call
+
+
 def attention_sweep(seq_lens: Sequence[int], *, batch: int = 4, heads: int = 8, head_dim: int = 64,
-                    dtype: Any = None, device: Any = None, min_run_time: float = 0.2) -> AttentionSweep:
+                    dtype: Any = None, device: Any = None, min_run_time: float = 0.2,
+                    backward: bool = False) -> AttentionSweep:
     """Time (:func:`gpulab.benchmark`) and peak memory (:func:`gpulab.peak_memory`) of one causal attention forward
-    pass, written out and through SDPA, at each of ``seq_lens``; ``dtype`` defaults to float32 on a CPU and the
-    device's 16-bit type on a GPU (:func:`gpulab.choose_precision`)."""
+    pass (with ``backward``: forward and backward, what training pays, and keeps), written out and through SDPA, at
+    each of ``seq_lens``; ``dtype`` defaults to float32 on a CPU and the device's 16-bit type on a GPU
+    (:func:`gpulab.choose_precision`)."""
     import torch
 
     from ...attention import sdpa_backend
@@ -135,6 +151,7 @@ def attention_sweep(seq_lens: Sequence[int], *, batch: int = 4, heads: int = 8, 
         raise TypeError(f"dtype must be a floating torch dtype (torch.float32, torch.bfloat16, torch.float16) or None, "
                         f"got {dtype!r}")
     positive("min_run_time", min_run_time, unit="seconds")
+    backward = flag("backward", backward)
     dev = pick_device(None if device_arg("device", device) is None else str(device))
     if dtype is None:
         dtype = torch.float32 if dev.type == "cpu" else choose_precision().autocast_dtype
@@ -144,13 +161,20 @@ def attention_sweep(seq_lens: Sequence[int], *, batch: int = 4, heads: int = 8, 
     points = []
     for t in lens:
         q, k, v = (torch.randn(batch, heads, t, head_dim, device=dev, dtype=dtype, generator=gen) for _ in range(3))
-        with torch.no_grad():
-            manual = benchmark(manual_attention, q, k, v, label=f"written out, T={t}", device=dev,
-                               min_run_time=min_run_time, warn_noisy=False, energy=False)
-            fused = benchmark(F.scaled_dot_product_attention, q, k, v, is_causal=True, label=f"SDPA, T={t}",
-                              device=dev, min_run_time=min_run_time, warn_noisy=False, energy=False)
-            pm = peak_memory(manual_attention, q, k, v, device=dev)
-            ps = peak_memory(F.scaled_dot_product_attention, q, k, v, is_causal=True, device=dev)
+        if backward:
+            calls = (_training(manual_attention, q, k, v), _training(F.scaled_dot_product_attention, q, k, v,
+                                                                     is_causal=True))
+        else:
+            calls = (lambda: manual_attention(q, k, v),
+                     lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
+        with (contextlib.nullcontext() if backward else torch.no_grad()):
+            manual = benchmark(calls[0], label=f"written out, T={t}", device=dev, min_run_time=min_run_time,
+                               warn_noisy=False, energy=False)
+            fused = benchmark(calls[1], label=f"SDPA, T={t}", device=dev, min_run_time=min_run_time,
+                              warn_noisy=False, energy=False)
+            pm = peak_memory(calls[0], device=dev)
+            ps = peak_memory(calls[1], device=dev)
             backend = sdpa_backend(q, k, v, is_causal=True)
         points.append(AttentionPoint(t, manual.median_s, fused.median_s, pm.peak_bytes, ps.peak_bytes, backend))
-    return AttentionSweep(tuple(points), batch, heads, head_dim, str(dtype).replace("torch.", ""), str(dev))
+    return AttentionSweep(tuple(points), batch, heads, head_dim, str(dtype).replace("torch.", ""), str(dev),
+                          backward=backward)

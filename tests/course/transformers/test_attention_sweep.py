@@ -22,6 +22,19 @@ def test_memory_grows_as_t_squared_written_out_and_linearly_with_sdpa():
     assert len(sweep.plot().axes) == 2
 
 
+def test_forward_and_backward_keep_the_probabilities_written_out_and_o_of_t_with_sdpa():
+    """What training pays: the written-out attention keeps its T x T probabilities for the backward (more than its
+    forward alone peaks at), SDPA's fused kernel keeps O(T); the note says which was measured."""
+    fwd = attention_sweep([128, 256, 512], batch=1, heads=2, head_dim=16, min_run_time=0.02)
+    both = attention_sweep([128, 256, 512], batch=1, heads=2, head_dim=16, min_run_time=0.02, backward=True)
+    assert both.growth("manual") == pytest.approx(2.0, abs=0.25) and both.growth("sdpa") == pytest.approx(1.0, abs=0.25)
+    assert both.points[-1].manual_peak_bytes > fwd.points[-1].manual_peak_bytes
+    assert "forward and backward" in repr(both) and "one forward pass without autograd" in repr(fwd)
+    assert "backward=True" in repr(fwd)
+    with pytest.raises(TypeError, match="backward must be True or False"):
+        attention_sweep([128], backward="yes")
+
+
 def test_written_out_attention_is_attention():
     q, k, v = (torch.randn(2, 3, 40, 8) for _ in range(3))
     ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
