@@ -100,7 +100,8 @@ from .transformers.flash_attention import (FlashCase, FlashCheck, FlashTiming, c
                                            time_flash_attention)
 from .transformers.heldout import Unigram, unigram_baseline
 from .transformers.generation import GenerationRow, GenerationSpeed, generation_speed
-from .transformers.train import (GPTRecipe, GPTRun, gpt_ablation, gpt_challenge, gpt_changes, gpt_stepper, micro_batches_that_fit,
+from .transformers.challenge import gpt_challenge
+from .transformers.train import (GPTRecipe, GPTRun, gpt_ablation, gpt_changes, gpt_stepper, micro_batches_that_fit,
                                  train_gpt)
 from .machine.energy import (EnergyExample, PowerContrast, check_energy_reading, example_energy_trace,
                              power_contrast)

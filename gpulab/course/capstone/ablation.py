@@ -175,7 +175,7 @@ def ablate(train: Callable[[Any, Any], Any], baseline: Any, changes: Sequence[Ch
            baseline_label: str = "seed loop", title: str = "Ablation", accuracy_tolerance: float = 0.01,
            min_gain: float = 0.05, track: Mapping[str, Any] | None = None, monitor_interval: float = 0.2,
            device: str = "", epochs: int | None = None,
-           compare: Callable[[Any, Any], tuple[float, float]] | None = None,
+           compare: Callable[[Any, Any], tuple[float, float] | None] | None = None,
            rerun: Callable[[Any, int], float | None] | None = None, accuracy_seeds: int = 2,
            price_per_hour: Any = None) -> Ablation:
     """Train ``baseline``, then each change applied to the best recipe so far; keep it if it helps.
@@ -186,7 +186,7 @@ def ablate(train: Callable[[Any, Any], Any], baseline: Any, changes: Sequence[Ch
     what ``train`` logs, and the :class:`gpulab.Monitor` telemetry recorded around it. ``compare(current,
     candidate)`` returns ``(gain, spread %)`` from timing the two recipes interleaved (the same machine state
     for both); when given, the decision uses it instead of the two runs' own throughputs, which drift apart on a
-    shared machine. ``rerun(baseline, seed)`` returns the baseline's test accuracy when trained with another
+    shared machine, unless it returns None (the two could not run side by side, e.g. out of memory). ``rerun(baseline, seed)`` returns the baseline's test accuracy when trained with another
     seed; it is called for seeds 1..``accuracy_seeds`` to measure the baseline's run-to-run spread, which sets the
     accuracy floor every change must reach. ``price_per_hour`` (USD per hour of the machine, a key of
     :func:`gpulab.cost.prices` or a :class:`gpulab.cost.Price`) adds each step's cost per million samples at its
@@ -321,7 +321,8 @@ def ablate(train: Callable[[Any, Any], Any], baseline: Any, changes: Sequence[Ch
         for label, f in options:
             candidate = _applied(apply, recipe, f, label)
             got = measure(label, candidate, "dropped")
-            paired = _paired(compare(recipe, candidate), label) if compare is not None else None
+            side = compare(recipe, candidate) if compare is not None else None
+            paired = _paired(side, label) if side is not None else None     # None: not comparable side by side
             keep, gain, why = _decide(current, got, floor, min_gain, paired)
             if change.one_off:
                 got = _one_off(current, got, gain)

@@ -117,6 +117,28 @@ def test_the_ablation_keeps_drops_and_branches_after_the_same_tokens():
     assert "tokens" in " ".join(table.notes) and "held-out" in " ".join(table.notes)
 
 
+def test_a_comparison_that_runs_out_of_memory_leaves_the_decision_to_the_runs(monkeypatch):
+    """Two models and their optimizer state side by side may not fit where each alone did: the out-of-memory error of
+    the interleaved comparison is caught, and the candidate is judged on the two runs' own throughputs."""
+    import gpulab.interleaved
+
+    calls = []
+
+    def oom(*a, **k):
+        calls.append(1)
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    monkeypatch.setattr(gpulab.interleaved, "benchmark_interleaved", oom)
+    table = gpt_ablation(SHAPE, tokens=4096, device="cpu", accuracy_seeds=0, compare_s=0.1)
+    tried = [s for s in table.steps if s.decision in ("kept", "dropped")]
+    assert calls and tried and all(s.gain is not None and s.gain > 0 for s in tried), table
+
+    def broken(*a, **k):
+        raise RuntimeError("not a memory error")
+    monkeypatch.setattr(gpulab.interleaved, "benchmark_interleaved", broken)
+    with pytest.raises(RuntimeError, match="not a memory error"):                    # anything else is a bug: raised
+        gpt_ablation(SHAPE, tokens=4096, device="cpu", accuracy_seeds=0, compare_s=0.1)
+
+
 def test_the_challenge_counts_tokens_and_holds_accuracy(monkeypatch):
     from gpulab import course
     from gpulab.course.lesson.checks import NotAnswered
@@ -130,8 +152,10 @@ def test_the_challenge_counts_tokens_and_holds_accuracy(monkeypatch):
     with pytest.raises(AssertionError, match="missed by"):                     # tokens/s, not calls/s, are compared
         course.gpt_challenge("fewer tokens per step", SHAPE, GPTRecipe(micro_batch=1), baseline=GPTRecipe(micro_batch=32),
                              speedup=1.0, tokens=2048, accuracy_tolerance=0.99, min_run_time=0.3, device="cpu")
+    from gpulab.course.transformers import challenge
+
     real = gpt_train.train_gpt
-    monkeypatch.setattr(gpt_train, "train_gpt", lambda shape, r, **kw: __import__("dataclasses").replace(
+    monkeypatch.setattr(challenge, "train_gpt", lambda shape, r, **kw: __import__("dataclasses").replace(
         real(shape, r, **kw), test_accuracy=0.1 if r.micro_batch == 32 else 0.5))
     with pytest.raises(AssertionError, match="does not compute the same"):
         course.gpt_challenge("less accurate", SHAPE, GPTRecipe(micro_batch=32), baseline=GPTRecipe(micro_batch=1),
@@ -141,6 +165,21 @@ def test_the_challenge_counts_tokens_and_holds_accuracy(monkeypatch):
 def test_the_micro_batches_that_fit_are_timed():
     fits = gpt_train.micro_batches_that_fit(SHAPE, GPTRecipe(micro_batch=2), device="cpu")
     assert sorted(fits) == [2, 4, 8] and all(v > 0 for v in fits.values())      # up to 4x, all within a T4's memory
+
+
+def test_a_micro_batch_fits_only_with_room_for_the_recipe_it_is_timed_beside(monkeypatch):
+    """The ablation times a kept micro-batch beside the current recipe, whose model and optimizer state are resident
+    too: a micro-batch whose peak leaves no room for them does not count as fitting (on a T4 the search ran to the
+    out-of-memory edge with one model resident, then the comparison ran out of memory)."""
+    from gpulab.course.lesson import runs
+    from gpulab.reference import gpu_spec
+
+    t4 = gpu_spec("T4").memory_bytes
+    assert gpt_train._copies_beside(torch.device("cpu")) == 2 and gpt_train._copies_beside(torch.device("cuda")) == 1
+    monkeypatch.setattr(runs, "_resident_bytes", lambda *a: int(0.45 * t4))    # two such copies fill 90% of the card
+    assert gpt_train.micro_batches_that_fit(SHAPE, GPTRecipe(micro_batch=2), device="cpu") == {}
+    monkeypatch.setattr(runs, "_resident_bytes", lambda *a: int(0.40 * t4))    # room left: 10% of the card
+    assert sorted(gpt_train.micro_batches_that_fit(SHAPE, GPTRecipe(micro_batch=2), device="cpu")) == [2, 4, 8]
 
 
 # ---- bad input: refused before any work, naming the argument -------------------------------------------------------
