@@ -45,6 +45,7 @@ from .training.batching import (BatchRun, BatchSweep, batch_sweep, cosine_factor
                                 warmup_factor)
 from .training.batching import Knee
 from .training.batch_figures import plot_accuracy
+from .training.noise_scale import NoiseScale, gradient_noise_scale
 from .training.loop_watch import LoopWatch, PhaseUse, phase_utilisation, watch_loops
 from .lesson.checks import SOLUTIONS_ENV, Challenge, Check, NotAnswered, challenge, check, solutions
 from .data.dali import DaliLoader, DaliPlan, dali_available, dali_loader, dali_plan, dali_tf_available, dali_tf_dataset
@@ -136,7 +137,7 @@ __all__ = [
     "micro_batch_gradients", "compare_gradients", "GradientCheck", "checkpointed",
     "train_interleaved", "compare_runs", "RunComparison", "pattern_batch",
     "batch_sweep", "BatchSweep", "scale_lr", "warmup_factor", "cosine_factor", "train_at_batch_size", "BatchRun",
-    "curve_knee", "Knee", "plot_accuracy", "watch_loops", "LoopWatch", "PhaseUse", "phase_utilisation",
+    "curve_knee", "Knee", "plot_accuracy", "gradient_noise_scale", "NoiseScale", "watch_loops", "LoopWatch", "PhaseUse", "phase_utilisation",
     "synthetic_images", "real_images", "ImageSet", "CorruptDataError", "data_dir",
     "torch_loader", "cached_loader", "CachedLoader", "tf_dataset",
     "dali_loader", "DaliLoader", "dali_plan", "DaliPlan", "dali_tf_dataset", "dali_available", "dali_tf_available",
