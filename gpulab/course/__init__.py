@@ -100,6 +100,7 @@ from .transformers.attention_sweep import AttentionPoint, AttentionSweep, attent
 from .transformers.flash_attention import (FlashCase, FlashCheck, FlashTiming, check_flash_attention, flash_attention, key_tiles,
                                            time_flash_attention)
 from .transformers.heldout import Unigram, unigram_baseline
+from .transformers.activations import ActivationMemory, activation_memory
 from .transformers.generation import GenerationRow, GenerationSpeed, generation_speed
 from .transformers.challenge import gpt_challenge
 from .transformers.train import (GPTRecipe, GPTRun, gpt_ablation, gpt_changes, gpt_stepper, micro_batches_that_fit,
@@ -118,7 +119,7 @@ __all__ = [
     "gpt", "text_tokens", "token_batch", "generate", "StaticKV", "static_caches", "AttentionPoint", "AttentionSweep", "attention_sweep",
     "manual_attention", "flash_attention", "check_flash_attention", "time_flash_attention", "key_tiles", "FlashCase",
     "FlashCheck", "FlashTiming", "GenerationRow", "GenerationSpeed", "generation_speed", "GPTRecipe", "GPTRun", "train_gpt",
-    "gpt_stepper", "gpt_changes", "gpt_ablation", "gpt_challenge", "micro_batches_that_fit", "unigram_baseline", "Unigram",
+    "gpt_stepper", "gpt_changes", "gpt_ablation", "gpt_challenge", "micro_batches_that_fit", "unigram_baseline", "Unigram", "activation_memory", "ActivationMemory",
     "check_tracked", "recipe_ceiling", "recipe_challenge", "RecipeChallenge", "results_card", "ResultsCard", "results_dir", "runs_dir",
     "challenge_target", "ChallengeTarget",
     "MFU", "mfu_report", "GPTMFU", "gpt_mfu",
