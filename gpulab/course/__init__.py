@@ -34,6 +34,7 @@ from .lesson.prediction import (Prediction, PredictionTable, VersusPrediction, c
                                 versus_prediction)
 from .machine.amdahl import SerialParallelStep, python_work, serial_parallel_step, speedup_needed
 from .machine.nvidia_smi import CLOCK_EVENT_REASONS, SmiHeader, SmiOutput, active_reasons, nvidia_smi, smi_header
+from .machine.topology import CPUTopology, cpu_topology, pinned
 from .machine.sustained import Achievable, DatasheetShare, GPUClocks, achievable, explain_share, gpu_clocks
 from .machine.roofline_exercises import check_linear_intensity, compute_bound_batch, linear_work
 from .machine.setup_exercises import (ARCH_CASES, VISIBLE_CASES, check_kernels, check_slowdown_reader, check_visible,
@@ -158,7 +159,7 @@ __all__ = [
     "effective_batch_step", "StepReport", "accumulate_epoch", "EpochReport", "training_state", "evaluate_autocast",
     "verdict_story", "VERDICT_MEANING",
     "alloc_conf", "allowed_bytes", "allocator_probe", "AllocatorRun", "tf_limit_gpu_memory", "parse_tf_oom", "TFOOM",
-    "TF_OOM_EXAMPLE", "fit_challenge", "FitChallenge", "reuse_target", "ReuseTarget",
+    "TF_OOM_EXAMPLE", "fit_challenge", "FitChallenge", "reuse_target", "ReuseTarget", "cpu_topology", "CPUTopology", "pinned",
     "HW_DECODER_LOAD", "has_hardware_jpeg_decoder", "DaliInstall", "dali_install_args", "dali_wheel", "install_dali",
     "check_faster_loading", "check_loaders_that_keep_up", "check_workers_needed", "check_phase_bound",
     "check_calls_per_item", "check_bytes_per_parameter", "check_running_total",

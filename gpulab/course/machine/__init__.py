@@ -2,6 +2,6 @@
 
 Amdahl's law measured (``amdahl``), the roofline exercise (``roofline_exercises``), what a GPU sustains against its
 datasheet (``sustained``), ``nvidia-smi`` read or illustrated (``nvidia_smi``), lesson 01's exercise checks
-(``setup_exercises``) and energy (``energy``), TF32's switches (``tf32``) and A1's buffer-reuse target
-(``fresh_memory``).
+(``setup_exercises``) and energy (``energy``), TF32's switches (``tf32``), A1's buffer-reuse target
+(``fresh_memory``) and the machine under a CPU timer: cores, SMT, clock and pinning (``topology``).
 """
