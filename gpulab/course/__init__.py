@@ -52,6 +52,7 @@ from .lesson.checks import SOLUTIONS_ENV, Challenge, Check, NotAnswered, challen
 from .data.dali import DaliLoader, DaliPlan, dali_available, dali_loader, dali_plan, dali_tf_available, dali_tf_dataset
 from .data.dali import check_dali, dali_tolerance
 from .distributed.no_sync import NoSyncCheck, check_no_sync, no_sync_loss, no_sync_nullcontext
+from .distributed.alpha_beta import AlphaBeta, fit_alpha_beta
 from .distributed.comm_overlap import CommOverlap, comm_overlap, profile_comm_overlap
 from .distributed.data_parallel import (AccumulationBench, NoiseMargin, accumulation_bench, check_allreduce_crossover,
                                         check_strong_scaling, fsdp_runs_on_cpu, model_state_table, noise_margin, worker_counts)
@@ -146,7 +147,7 @@ __all__ = [
     "augment_batch",
     "check_dali", "dali_tolerance",
     "check_no_sync", "NoSyncCheck", "no_sync_loss", "no_sync_nullcontext",
-    "comm_overlap", "CommOverlap", "profile_comm_overlap",
+    "comm_overlap", "CommOverlap", "profile_comm_overlap", "fit_alpha_beta", "AlphaBeta",
     "worker_counts", "NoiseMargin", "noise_margin", "AccumulationBench", "accumulation_bench",
     "check_allreduce_crossover", "check_strong_scaling", "fsdp_runs_on_cpu", "model_state_table",
     "transfer_sweep", "TransferSweep", "TransferPoint", "default_ceilings",

@@ -11,7 +11,8 @@ or, from a notebook, ``gl.launch("gpulab.course.scripts.ddp_train", "--steps", "
 3. measures one process alone (``--baseline``): rank 0 trains a plain copy of the model while the others wait;
 4. measures DDP (``--steps``): every rank trains on its own shard with :func:`course.train`, gradients
    all-reduced during backward;
-5. times an all-reduce as large as the gradients (the communication each step pays);
+5. times an all-reduce as large as the gradients (the communication each step pays), and with
+   ``--allreduce-sweep`` all-reduces of 4 KiB to 16 MiB (the sizes an alpha-beta model is fitted to);
 6. with NCCL and ``--profile-overlap``, profiles a few DDP steps with ``torch.profiler`` and reports how much of
    the NCCL all-reduce kernels' time ran while compute kernels ran (:func:`course.profile_comm_overlap`);
 
@@ -33,7 +34,7 @@ from gpulab import course
 from gpulab.distributed import WorkerInfo, init_worker, report, shard_indices
 
 __all__ = ["parse_args", "params_digest", "max_abs_diff", "self_checks", "wait_quietly", "baseline_alone",
-           "ddp_throughput", "allreduce_timing", "overlap_profile", "main"]
+           "ddp_throughput", "allreduce_timing", "allreduce_sweep", "overlap_profile", "main"]
 
 CHECK_MODEL = "mlp"  # no BatchNorm: BatchNorm normalises each rank's shard by its own statistics (see lesson 05)
 TIMED_MODELS = ("small_cnn", "resnet_small")   # 32x32 image models, trained on course.pattern_batch (a learnable task)
@@ -53,6 +54,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--baseline", action=argparse.BooleanOptionalAction, default=True,
                    help="time rank 0 training alone first")
     p.add_argument("--allreduce-reps", type=int, default=5, help="timed all-reduces of the gradients' size")
+    p.add_argument("--allreduce-sweep", action=argparse.BooleanOptionalAction, default=False,
+                   help="time all-reduces of 4 KiB to 16 MiB (x4 each): the sizes an alpha-beta model is fitted to")
     p.add_argument("--profile-overlap", action=argparse.BooleanOptionalAction, default=False,
                    help="NCCL only: profile DDP steps and report the all-reduce time hidden behind compute")
     args = p.parse_args(argv)
@@ -257,6 +260,15 @@ def allreduce_timing(info: WorkerInfo, nbytes: int, reps: int = 5) -> dict[str, 
             "allreduce_bus_bytes_per_s": (2 * (n - 1) / n * buf.numel() * 4 / med) if n > 1 else None}
 
 
+SWEEP_BYTES = tuple(4096 * 4**i for i in range(7))       # 4 KiB to 16 MiB
+
+
+def allreduce_sweep(info: WorkerInfo, reps: int = 5) -> dict[str, Any]:
+    """:func:`allreduce_timing` at each of ``SWEEP_BYTES``: ``allreduce_sweep`` as ``[bytes, median s]`` pairs."""
+    return {"allreduce_sweep": [[t["allreduce_bytes"], t["allreduce_s"]]
+                                for t in (allreduce_timing(info, n, reps) for n in SWEEP_BYTES)]}
+
+
 def overlap_profile(info: WorkerInfo, args: argparse.Namespace, steps: int = 3) -> dict[str, Any]:
     """Profile ``steps`` DDP steps (after ``--warmup`` untimed ones) on this rank's GPU and report the NCCL
     all-reduce time and the share of it that overlapped compute kernels. NCCL (GPU) only: with gloo the
@@ -296,6 +308,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         if args.steps:
             figures = report(**ddp_throughput(info, args))
             report(**allreduce_timing(info, figures["grad_bytes"], args.allreduce_reps))
+        if args.allreduce_sweep:
+            report(**allreduce_sweep(info, args.allreduce_reps))
         if args.profile_overlap:
             try:                       # a profiler that cannot read the trace must not cost the run its figures
                 report(**overlap_profile(info, args))
