@@ -47,6 +47,12 @@ KINDS: dict[str, list[Any]] = {
 }
 
 
+def _scale_kernel() -> Any:
+    """A one-line Triton kernel for kernel_resources' valid call (imported from a file, so its source can be read)."""
+    from kernel_for_sweep import scale_kernel
+    return scale_kernel
+
+
 def _device_values() -> list[Any]:
     """Devices that do not exist here: always "tpu" and a float; "cuda" and "cuda:7" when they are absent."""
     values: list[Any] = ["tpu", 3.5]
@@ -518,6 +524,13 @@ def cases_() -> list[Case]:  # noqa: PLR0915 - one table
         C("kernels.bench_kernel", kernels.bench_kernel, {"fn": lambda: None, "label": "k", "min_run_time": 0.02},
           {"fn": "fn", "label": [3, None], "device": "device", "bytes_moved": "pos0", "flops": "pos0",
            "min_run_time": "pos", "rep_ms": "count"}),
+        C("kernels.occupancy", kernels.occupancy, {"cc": 80, "registers": 32, "shared_bytes": 0},
+          {"cc": [70, "80", None, 8.0], "registers": "count0", "shared_bytes": "count0", "num_warps": "count"}),
+        C("kernels.kernel_resources", kernels.kernel_resources,
+          {"kernel": _scale_kernel(), "signature": {"x_ptr": "*fp32", "n": "i32"}, "constexprs": {"BLOCK": 128},
+           "ccs": (80,)},
+          {"kernel": [3, "k", None, print], "signature": [3, {}, "x"], "constexprs": [3, "x", ["BLOCK"]],
+           "num_warps": "count", "ccs": [(61,), (), "80", 80], "timeout_s": "pos"}, limit_s=120),
         C("kernels.kernel_roofline", kernels.kernel_roofline, {"kernels": [kernels.KernelWork("k", 1e6, 1e6)]},
           {"kernels": [3, [3]], "gpu": ["Voodoo 2", 3]}),
         C("distributed.shard_indices", distributed.shard_indices, {"n_items": 10, "world_size": 2},

@@ -1,0 +1,58 @@
+"""A Triton kernel's registers, spills and shared memory, read by compiling it for sm_75/80/90 without a GPU, and the
+occupancy they allow by the CUDA occupancy calculator's rules, worked out here by hand."""
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+import gpulab as gl
+from gpulab.kernels.resources import occupancy
+
+
+@pytest.mark.parametrize("cc,regs,smem,warps,blocks,share,limiter", [
+    (75, 64, 0, 4, 8, 1.0, "warp slots"),          # 2048 registers a warp, 8192 a block: 8 blocks, 8 x 4 of 32 warps
+    (80, 128, 0, 4, 4, 0.25, "registers"),         # 4096 a warp, 16384 a block: 4 blocks = 16 of 64 warps
+    (90, 32, 100 * 1024, 8, 2, 0.25, "shared memory"),   # 228 KiB // (100 KiB + 1 KiB reserved) = 2 blocks of 8 warps
+    (86, 16, 0, 1, 16, 16 / 48, "block slots"),    # one warp a block: the 16 block slots bind before the 48 warps
+    (80, 255, 0, 4, 2, 0.125, "registers"),        # 255 -> 8192 a warp (units of 256 x 32): 2 blocks
+])
+def test_occupancy_by_the_calculators_rules(cc, regs, smem, warps, blocks, share, limiter):
+    occ = occupancy(cc, registers=regs, shared_bytes=smem, num_warps=warps)
+    assert (occ.blocks_per_sm, occ.limiter) == (blocks, limiter) and occ.share == pytest.approx(share)
+
+
+def test_unknown_targets_and_bad_kernels_are_named():
+    with pytest.raises(ValueError, match="cc=70 is not one gpulab knows"):
+        occupancy(70, registers=32, shared_bytes=0)
+    with pytest.raises(TypeError, match="kernel must be a @triton.jit function"):
+        gl.kernels.kernel_resources(lambda: None, {"n": "i32"})
+    with pytest.raises(ValueError, match="ccs must be compute capabilities"):
+        gl.kernels.kernel_resources(type("K", (), {"fn": print})(), {"n": "i32"}, ccs=(61,))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="Triton is not installed")
+def test_a_kernel_compiled_for_three_gpus_reports_its_registers():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m) * 2.0, mask=m)
+
+    try:
+        triton.knobs.nvidia.ptxas.path
+    except RuntimeError as e:
+        pytest.skip(f"Triton's ptxas is missing ({e})")
+    res = gl.kernels.kernel_resources(scale_kernel, {"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32"},
+                                      {"BLOCK": 1024})
+    assert [r[0] for r in res.rows] == [75, 80, 90]
+    for cc, regs, spill, shared, occ in res.rows:
+        assert 1 <= regs <= 255 and spill == 0 and shared >= 0 and occ.cc == cc and 0 < occ.share <= 1
+    assert res.at(80).registers == res.rows[1][1] and res.spilled(80) == 0
+    with pytest.raises(KeyError, match="not compiled for cc=86"):
+        res.at(86)
+    text = repr(res)
+    assert "sm_75" in text and "registers/thread" in text and "occupancy" in text
