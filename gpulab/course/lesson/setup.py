@@ -33,13 +33,17 @@ SAMPLE_S = 0.3          # how long the other programs' CPU use is sampled
 BUSY_CORE = 0.5         # other programs holding this share of a core or more count as holding it
 
 
-def setup(seed: int | None = 0, quiet: bool = True) -> Session:
+def setup(seed: int | None = 0, quiet: bool = True, adapt_threads: bool = True) -> Session:
     """:func:`gpulab.setup` (device, seeds, quiet logs, TensorFlow sharing the GPU) with the lesson's banner; in a
-    notebook kernel on a CPU, PyTorch's threads cut to the cores other programs leave free (said in the notes)."""
+    notebook kernel on a CPU, with ``adapt_threads``, PyTorch's threads cut to the cores other programs leave free
+    (said in the notes; appendix A1, which measures that sharing itself, keeps them)."""
+    from ..._check import flag
+
+    adapt_threads = flag("adapt_threads", adapt_threads)
     session = toolkit_setup(seed, quiet)
     banner = _BANNERS.get(session.kind, _BANNERS["cpu"]).format(hardware=session.hardware)
     notes = session.notes
-    if session.kind == "cpu" and _in_kernel():
+    if adapt_threads and session.kind == "cpu" and _in_kernel():
         note = shared_cpu_threads()
         notes = notes + ((note,) if note else ())
     return dataclasses.replace(session, banner=banner, notes=notes)

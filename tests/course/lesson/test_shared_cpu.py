@@ -53,6 +53,10 @@ def test_only_a_notebook_on_a_cpu_is_adapted(two_cores, monkeypatch):
     session = lesson_setup.setup()
     assert torch.get_num_threads() == 2 and not any("PyTorch runs on" in n for n in session.notes)
     monkeypatch.setattr(lesson_setup, "_in_kernel", lambda: True)
+    session = lesson_setup.setup(adapt_threads=False)                # appendix A1 measures the sharing itself
+    assert torch.get_num_threads() == 2 and not any("PyTorch runs on" in n for n in session.notes)
     session = lesson_setup.setup()
     assert torch.get_num_threads() == 1 and any("PyTorch runs on 1 thread" in n for n in session.notes)
     assert "PyTorch runs on 1 thread" in repr(session)
+    with pytest.raises(TypeError, match="adapt_threads must be True or False"):
+        lesson_setup.setup(adapt_threads="no")
