@@ -144,6 +144,10 @@ def problems(path: Path) -> list[str]:
         out.append(f"{path.name}: metadata does not open a GPU runtime on Colab ({COLAB})")
     if any(c.get("outputs") or c.get("execution_count") for c in cells if c["cell_type"] == "code"):
         out.append(f"{path.name}: has stored outputs (clear them before committing)")
+    ids = [c.get("id") for c in cells]
+    if None in ids or len(set(ids)) != len(ids):
+        out.append(f"{path.name}: every cell needs an id of its own (nbformat 4.5; the tests find cells by id): "
+                   f"cells {[i for i, v in enumerate(ids) if v is None or ids.count(v) > 1]}")
     return out
 
 

@@ -61,7 +61,7 @@ NOT_CALLS = {"compiled_graphs", "forget_limits", "cuda_build_support", "seed_mod
              "KernelBackend", "KernelCheck", "Traffic", "Tuning", "KernelPoint", "KernelRoofline", "BuildSupport",
              "Extension", "MachineLimits", "StepMatmuls", "Span", "StreamTimeline", "ProfileSummary", "OpStat",
              "DeviceCheck", "ProfileComparison", "StepRoofline", "Attribution", "NsightCommands", "TFProfile", "RecipeRun",
-             "AblationStep", "Ablation", "GPTRun", "GenerationRow", "GenerationSpeed", "SdpaReport",
+             "AblationStep", "Ablation", "GPTRun", "GenerationRow", "GenerationSpeed", "SdpaReport", "KernelResources", "Occupancy",
              "text_tokens",                                                      # results, made by the calls
              "check_device_events", "diagnose_profile", "step_roofline",         # fed by gl.profile's own results
              "nvtx_capture", "tf_profile", "Run"}                                # swept as track() and Run.<method>

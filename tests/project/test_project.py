@@ -32,6 +32,15 @@ def test_notebook_is_clean_and_agrees_with_pyproject(path):
     assert course.problems(path) == []
 
 
+def test_a_cell_without_an_id_of_its_own_is_named(tmp_path):
+    nb = json.loads(NOTEBOOKS[0].read_text())
+    del nb["cells"][3]["id"]
+    nb["cells"][5]["id"] = nb["cells"][4]["id"]
+    planted = tmp_path / NOTEBOOKS[0].name
+    planted.write_text(json.dumps(nb))
+    assert [p for p in course.problems(planted) if "needs an id of its own" in p and "cells [3, 4, 5]" in p]
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_follows_the_template(path):
     nb = json.loads(path.read_text())
