@@ -120,6 +120,7 @@ def test_docs_build_every_public_module(tmp_path):
     for part in parts:
         assert f'<h3><a href="gpulab/course/{part}.html">course.{part}</a></h3>' in course_part, part
     assert (tmp_path / "gpulab" / "telemetry" / "nvml.html").exists()
+    assert not [p for p in tmp_path.rglob("_*.html")], "private modules have no page (nor are they imported)"
     assert re.search(r"^docs:", (ROOT / "Makefile").read_text(), re.M) and "make docs" in (ROOT / ".ci" / "run").read_text()
 
 
