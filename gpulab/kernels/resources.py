@@ -118,14 +118,20 @@ class KernelResources:
 
 
 _CHILD = r'''
-import json, re, subprocess, sys, tempfile
+import inspect, json, re, subprocess, sys, tempfile
 job = json.load(open(sys.argv[1]))
 import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
+try:
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    if "constexprs" not in inspect.signature(ASTSource).parameters:
+        raise ImportError("its ASTSource predates constexprs=")
+    ptxas = triton.knobs.nvidia.ptxas.path
+except (ImportError, AttributeError, RuntimeError) as e:
+    print(json.dumps({"missing": f"Triton {triton.__version__}: {type(e).__name__}: {e}"}))
+    sys.exit(0)
 sys.path.insert(0, job["dir"])
 import kernel_source as mod
-ptxas = triton.knobs.nvidia.ptxas.path
 out = []
 for cc in job["ccs"]:
     src = ASTSource(fn=getattr(mod, job["name"]), signature=job["signature"], constexprs=job["constexprs"])
@@ -179,8 +185,12 @@ def kernel_resources(kernel: Any, signature: Mapping[str, str], constexprs: Mapp
                               timeout=timeout_s)
     if done.returncode != 0:
         raise RuntimeError(f"compiling {name} for {list(ccs)} failed: {done.stderr.strip()[-1500:]}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    if isinstance(result, dict):
+        raise RuntimeError(f"kernel_resources needs a Triton that compiles ahead of time with its own ptxas (3.4 or "
+                           f"newer, as the course pins): {result['missing']}")
     rows = []
-    for cc, regs, spill, shared, text in json.loads(done.stdout.strip().splitlines()[-1]):
+    for cc, regs, spill, shared, text in result:
         if regs is None:
             raise RuntimeError(f"ptxas -v did not report {name}'s registers for sm_{cc}: {text}")
         rows.append((cc, regs, spill, shared, occupancy(cc, registers=regs, shared_bytes=shared, num_warps=num_warps)))

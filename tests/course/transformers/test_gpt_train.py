@@ -126,7 +126,7 @@ def test_a_comparison_that_runs_out_of_memory_leaves_the_decision_to_the_runs(mo
 
     def oom(*a, **k):
         calls.append(1)
-        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
     monkeypatch.setattr(gpulab.interleaved, "benchmark_interleaved", oom)
     table = gpt_ablation(SHAPE, tokens=4096, device="cpu", accuracy_seeds=0, compare_s=0.1)
     tried = [s for s in table.steps if s.decision in ("kept", "dropped")]

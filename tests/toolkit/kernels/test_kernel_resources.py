@@ -43,11 +43,12 @@ def test_a_kernel_compiled_for_three_gpus_reports_its_registers():
         tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m) * 2.0, mask=m)
 
     try:
-        triton.knobs.nvidia.ptxas.path
+        res = gl.kernels.kernel_resources(scale_kernel, {"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32"},
+                                          {"BLOCK": 1024})
     except RuntimeError as e:
-        pytest.skip(f"Triton's ptxas is missing ({e})")
-    res = gl.kernels.kernel_resources(scale_kernel, {"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32"},
-                                      {"BLOCK": 1024})
+        if "needs a Triton that compiles ahead of time" not in str(e):
+            raise
+        pytest.skip(str(e))                             # an older Triton (the compat venv's torch floor)
     assert [r[0] for r in res.rows] == [75, 80, 90]
     for cc, regs, spill, shared, occ in res.rows:
         assert 1 <= regs <= 255 and spill == 0 and shared >= 0 and occ.cc == cc and 0 < occ.share <= 1
