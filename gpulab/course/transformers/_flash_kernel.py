@@ -11,8 +11,6 @@ happens once, at the end. Under a causal mask the tiles entirely above the diago
 at the block's last query. Scores are kept in base 2 (``exp(x) = exp2(x * log2(e))``), as the GPU's ``exp2`` is the
 fast one.
 """
-from __future__ import annotations
-
 import triton
 import triton.language as tl
 

@@ -54,6 +54,23 @@ def reference_kernel() -> Any:
     return flash_attention_kernel
 
 
+def _interpreter_can_loop() -> None:
+    """Refuse, with the fix, where Triton's interpreter cannot run the kernel's key loop: before 3.7 it turned a
+    scalar argument into an int with ``int()`` of a one-element array, which NumPy 2.4 no longer allows."""
+    import numpy as np
+    import triton
+
+    try:
+        int(np.zeros(1, dtype=np.int32))
+        return
+    except TypeError:
+        pass
+    if tuple(int(p) for p in triton.__version__.split(".")[:2]) < (3, 7):
+        raise RuntimeError(f"Triton {triton.__version__}'s interpreter cannot loop over the keys under NumPy "
+                           f"{np.__version__} (it converts one-element arrays to int, which NumPy 2.4 refuses): "
+                           f"upgrade Triton to 3.7 or newer (the course pins 3.8), or run on a GPU")
+
+
 def _interpreted(kernel: Any) -> bool:
     return type(kernel).__name__ == "InterpretedFunction"
 
@@ -156,6 +173,8 @@ def flash_attention(q: Any, k: Any, v: Any, causal: bool = True, *, kernel: Any 
         raise ValueError("q, k and v are on the CPU, where Triton kernels run only in its interpreter, and this "
                          "kernel was defined for a GPU (Triton loaded before TRITON_INTERPRET=1 was set): move them to "
                          "the GPU (q.cuda()), or restart and call gl.setup() before Triton loads")
+    if _interpreted(fn):
+        _interpreter_can_loop()
     batch, heads, seq_len, head_dim = q.shape
     bm, bn, options = _blocks(head_dim, q.device)
     bm = bm if block_m is None else _pow2("block_m", block_m, 16, 256)
