@@ -62,6 +62,7 @@ from .lesson.keras import KerasSetup, start_keras
 from .lesson.optional import OptionalPart, needs
 from .compilers.modes import AutotuneScope, CompiledTraining, TorchFeature, compiled_training, max_autotune_scope, torch_feature
 from .training.oom_fixes import fix_settings, ladder_rungs
+from .compilers.compile_time import CompileTimes, FirstCall, compile_time
 from .compilers.kernels import FusedChallenge, fused_challenge, matmul_global_bytes
 from .compilers.coalescing import MatmulCoalescing, WarpLoad, matmul_coalescing, warp_sectors
 from .training.streams import OverlapTiming, StaleRead, copy_compute_overlap, stale_read
@@ -102,6 +103,7 @@ from .transformers.attention_sweep import AttentionPoint, AttentionSweep, attent
 from .transformers.flash_attention import (FlashCase, FlashCheck, FlashTiming, check_flash_attention, flash_attention, key_tiles,
                                            time_flash_attention)
 from .transformers.heldout import Unigram, unigram_baseline
+from .transformers.levers import LeverBound, LeverBounds, LeverGains, lever_bounds
 from .transformers.activations import ActivationMemory, activation_memory
 from .transformers.generation import GenerationRow, GenerationSpeed, generation_speed
 from .transformers.challenge import gpt_challenge
@@ -113,7 +115,7 @@ from .machine.energy import (EnergyExample, PowerContrast, check_energy_reading,
 __all__ = [
     "setup", "lesson_price", "describe_price",
     "EnergyExample", "PowerContrast", "check_energy_reading", "example_energy_trace", "power_contrast",
-    "FusedChallenge", "fused_challenge", "matmul_global_bytes", "MatmulCoalescing", "WarpLoad", "matmul_coalescing", "warp_sectors", "CompiledTraining", "compiled_training", "TorchFeature", "torch_feature",
+    "FusedChallenge", "fused_challenge", "matmul_global_bytes", "MatmulCoalescing", "WarpLoad", "matmul_coalescing", "warp_sectors", "CompiledTraining", "compiled_training", "CompileTimes", "FirstCall", "compile_time", "LeverBound", "LeverBounds", "LeverGains", "lever_bounds", "TorchFeature", "torch_feature",
     "digits", "Digits", "PerSampleDigits", "to_features", "Recipe", "RecipeRun", "train_recipe", "recipe_stepper", "seed_model",
     "digits_on_disk", "ablate", "Ablation", "AblationStep", "Change", "torch_ablation", "torch_changes", "largest_batch", "interleaved_gain",
     "KerasRecipe", "KerasRun", "train_keras_recipe", "keras_changes", "keras_ablation",

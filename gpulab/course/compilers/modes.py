@@ -126,6 +126,8 @@ class CompiledTraining:
     eager: Any                    # gpulab.Measurement of a steady eager step
     compiled: Any                 # and of a steady compiled one
     atol: float = 1e-4
+    mode: str | None = None       # torch.compile's mode ("reduce-overhead": CUDA graphs on a GPU)
+    cuda_graphs: bool = False     # the mode records CUDA graphs here (a CUDA device and a CUDA-graph mode)
 
     @property
     def max_loss_diff(self) -> float:
@@ -171,26 +173,44 @@ class CompiledTraining:
     def __repr__(self) -> str:
         from ..._format import text_table
 
-        return f"compiled training step {self.label!r} (backend={self.backend!r})\n" + text_table(("", ""), self._rows())
+        return f"compiled training step {self.label!r} ({self._how})\n" + text_table(("", ""), self._rows())
+
+    @property
+    def _how(self) -> str:
+        how = f"backend={self.backend!r}" + (f", mode={self.mode!r}" if self.mode else "")
+        if self.mode in _GRAPH_MODES:
+            how += ", CUDA graphs" if self.cuda_graphs else ", no CUDA graphs on this device"
+        return how
 
     def _repr_html_(self) -> str:
         from ..._format import html_table
 
         return html_table(("", ""), self._rows(), caption=f"Compiled training step {html.escape(self.label)} "
-                                                          f"(backend={html.escape(self.backend)})",
+                                                          f"({html.escape(self._how)})",
                           footer="steady steps timed interleaved after the first calls; median per step")
 
 
+_GRAPH_MODES = ("reduce-overhead", "max-autotune")     # the torch.compile modes that record CUDA graphs
+
+
+def _records_cuda_graphs(mode: str | None, x: Any) -> bool:
+    """Whether torch.compile's ``mode`` records CUDA graphs for a step on ``x`` (a graph mode, a CUDA tensor)."""
+    return mode in _GRAPH_MODES and bool(getattr(x, "is_cuda", False))
+
+
 def compiled_training(model: Any, make_optimizer: Any, x: Any, y: Any, *, loss_fn: Any = None, steps: int = 3,
-                      backend: str = "inductor", min_run_time: float = 1.0, device: Any = None,
-                      label: str = "training step") -> CompiledTraining:
+                      backend: str = "inductor", mode: str | None = None, min_run_time: float = 1.0,
+                      device: Any = None, label: str = "training step") -> CompiledTraining:
     """Compile a whole training step, optimizer included, and measure it against eager.
 
     Two copies of ``model`` with their own optimizer (``make_optimizer(parameters)``) run the same step
     (``zero_grad``, ``loss_fn(model(x), y)``, ``backward()``, ``step()``) ``steps`` times, one eagerly and one
     through ``torch.compile(step, backend=backend)``: their losses must agree. The first call of each is timed
     on its own (the compiled one holds the compile); then both are timed interleaved, each stepping its own copy.
-    ``loss_fn`` defaults to cross-entropy.
+    ``loss_fn`` defaults to cross-entropy. ``mode`` is ``torch.compile``'s (``"reduce-overhead"`` records the step's
+    graphs as CUDA graphs on a GPU, and each compiled step then starts with
+    ``torch.compiler.cudagraph_mark_step_begin()``, which tells the CUDA-graph runtime that the previous step's
+    outputs may be overwritten; on a CPU the mode compiles without CUDA graphs).
 
     Example:
         >>> import torch
@@ -216,7 +236,14 @@ def compiled_training(model: Any, make_optimizer: Any, x: Any, y: Any, *, loss_f
                         f"lambda p: torch.optim.Adam(p, lr=1e-3), got {make_optimizer!r}")
     if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
         raise ValueError(f"steps must be a positive number of steps to compare, got {steps!r}")
+    if mode is not None and mode not in ("default", *_GRAPH_MODES, "max-autotune-no-cudagraphs"):
+        raise ValueError(f"mode must be one of torch.compile's modes (None, 'default', 'reduce-overhead', "
+                         f"'max-autotune', 'max-autotune-no-cudagraphs'), got {mode!r}")
+    if mode is not None and backend != "inductor":
+        raise ValueError(f"mode={mode!r} is an Inductor setting: torch.compile takes a backend or a mode, not both; "
+                         f"drop backend={backend!r} (or mode)")
     loss_fn = torch.nn.functional.cross_entropy if loss_fn is None else loss_fn
+    graphs_here = _records_cuda_graphs(mode, x)
 
     def step_of(m: Any) -> Any:
         opt = make_optimizer(m.parameters())
@@ -231,7 +258,12 @@ def compiled_training(model: Any, make_optimizer: Any, x: Any, y: Any, *, loss_f
 
     eager_step = step_of(copy.deepcopy(model).train())
     torch._dynamo.reset()
-    compiled_step = torch.compile(step_of(copy.deepcopy(model).train()), backend=backend)
+    compiled = torch.compile(step_of(copy.deepcopy(model).train()), backend=backend, mode=mode)
+
+    def compiled_step(inputs: Any, targets: Any) -> Any:
+        if graphs_here:         # a new step: the last step's outputs (held in the graphs' memory) may be overwritten
+            torch.compiler.cudagraph_mark_step_begin()
+        return compiled(inputs, targets)
 
     def timed_first(fn: Any) -> tuple[float, float]:
         synchronize(device)
@@ -249,7 +281,7 @@ def compiled_training(model: Any, make_optimizer: Any, x: Any, y: Any, *, loss_f
     ms = benchmark_interleaved({"eager": lambda: eager_step(x, y), "compiled": lambda: compiled_step(x, y)},
                                min_run_time=min_run_time, device=device)
     return CompiledTraining(label, backend, tuple(eager_losses), tuple(compiled_losses), first_eager, first_compiled,
-                            graphs, ms["eager"], ms["compiled"])
+                            graphs, ms["eager"], ms["compiled"], mode=mode, cuda_graphs=graphs_here)
 
 
 # --------------------------------------------------------------------------------------------- a newer PyTorch's call
