@@ -98,7 +98,8 @@ from .capstone.report import ChallengeTarget, challenge_target
 from .capstone.mfu import MFU, mfu_report
 from .transformers.mfu import GPTMFU, gpt_mfu
 from .capstone.energy import PrecisionCost, compare_precisions, energy_headline, precision_cost
-from .transformers.gpt import StaticKV, generate, gpt, static_caches, text_tokens, token_batch
+from .transformers.gpt import (StaticKV, checkpoint_blocks, counted_flops_per_token, generate, gpt, static_caches,
+                               text_tokens, token_batch)
 from .transformers.attention_sweep import AttentionPoint, AttentionSweep, attention_sweep, manual_attention
 from .transformers.flash_attention import (FlashCase, FlashCheck, FlashTiming, check_flash_attention, flash_attention, key_tiles,
                                            time_flash_attention)
@@ -115,7 +116,7 @@ from .machine.energy import (EnergyExample, PowerContrast, check_energy_reading,
 __all__ = [
     "setup", "lesson_price", "describe_price",
     "EnergyExample", "PowerContrast", "check_energy_reading", "example_energy_trace", "power_contrast",
-    "FusedChallenge", "fused_challenge", "matmul_global_bytes", "MatmulCoalescing", "WarpLoad", "matmul_coalescing", "warp_sectors", "CompiledTraining", "compiled_training", "CompileTimes", "FirstCall", "compile_time", "LeverBound", "LeverBounds", "LeverGains", "lever_bounds", "TorchFeature", "torch_feature",
+    "FusedChallenge", "fused_challenge", "matmul_global_bytes", "MatmulCoalescing", "WarpLoad", "matmul_coalescing", "warp_sectors", "CompiledTraining", "compiled_training", "CompileTimes", "FirstCall", "compile_time", "LeverBound", "LeverBounds", "LeverGains", "lever_bounds", "checkpoint_blocks", "counted_flops_per_token", "TorchFeature", "torch_feature",
     "digits", "Digits", "PerSampleDigits", "to_features", "Recipe", "RecipeRun", "train_recipe", "recipe_stepper", "seed_model",
     "digits_on_disk", "ablate", "Ablation", "AblationStep", "Change", "torch_ablation", "torch_changes", "largest_batch", "interleaved_gain",
     "KerasRecipe", "KerasRun", "train_keras_recipe", "keras_changes", "keras_ablation",

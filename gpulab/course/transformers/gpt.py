@@ -29,7 +29,8 @@ from ..._check import device_arg, flag, whole
 from ...transformer import TransformerShape
 from .checks import ids, model_arg, same_device, shape_arg, token_text
 
-__all__ = ["gpt", "text_tokens", "token_batch", "generate", "StaticKV", "static_caches"]
+__all__ = ["gpt", "checkpoint_blocks", "counted_flops_per_token", "text_tokens", "token_batch", "generate", "StaticKV",
+           "static_caches"]
 
 
 class StaticKV:
@@ -157,6 +158,55 @@ def gpt(shape: TransformerShape, *, manual_attention: bool = False) -> Any:
     ``scaled_dot_product_attention``."""
     shape_arg("shape", shape)
     return _classes()[0](shape, flag("manual_attention", manual_attention))
+
+
+def checkpoint_blocks(model: Any) -> Any:
+    """Activation checkpointing per block: each block of ``model`` (a :func:`gpt`) keeps only its input in the forward
+    pass and runs its forward again in the backward (``torch.utils.checkpoint``, non-reentrant); decoding with a KV
+    cache is left as it was. Changes ``model`` in place and returns it."""
+    from torch.utils.checkpoint import checkpoint
+
+    for blk in model.blocks:
+        forward = blk.forward
+        blk.forward = (lambda f: lambda x, cache=None: f(x, cache) if cache is not None else
+                       checkpoint(f, x, use_reentrant=False))(forward)
+    return model
+
+
+def counted_flops_per_token(shape: TransformerShape, *, checkpoint: bool = False, batch: int = 2,
+                            device: Any = None) -> float:
+    """The FLOPs one training step (forward and backward) of :func:`gpt` ``(shape)`` does per token, counted by
+    PyTorch's ``FlopCounterMode`` as it runs, with attention written out as matrix products (the fused kernels'
+    counts depend on the backend). ``checkpoint=True`` checkpoints every block: the count then holds the forward
+    run again in the backward, the *hardware* FLOPs, not only the model's.
+
+    Example:
+        >>> from gpulab.transformer import TransformerShape
+        >>> s = TransformerShape(layers=1, d_model=32, heads=2, seq_len=16, vocab=64)
+        >>> counted_flops_per_token(s, checkpoint=True) > counted_flops_per_token(s)
+        True
+    """
+    import torch
+
+    from ...roofline import count_flops
+    from ..capstone.recipe import keep_rng
+
+    shape_arg("shape", shape)
+    flag("checkpoint", checkpoint)
+    batch = whole("batch", batch, low=1)
+    dev = torch.device(device) if device is not None else torch.device("cpu")
+    with keep_rng():
+        torch.manual_seed(0)
+        model = gpt(shape, manual_attention=True).to(dev)
+    if checkpoint:
+        checkpoint_blocks(model)
+    x = torch.randint(0, shape.vocab, (batch, shape.seq_len), device=dev)
+
+    def step() -> None:
+        _, loss = model(x, x)
+        loss.backward()
+
+    return count_flops(step) / x.numel()
 
 
 def _check_forward(model: Any, idx: Any, targets: Any, caches: Any, start: Any) -> None:

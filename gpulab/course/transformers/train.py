@@ -134,10 +134,8 @@ def _blocks(shape: TransformerShape, recipe: GPTRecipe, device: Any, seed: int) 
     here: every block shares ``Block.forward``, and earlier recipes' entries would count toward its recompile
     limit), else None."""
     import torch
-    from torch.utils.checkpoint import checkpoint
-
     from ..compilers.guard import CompileGuard
-    from .gpt import gpt
+    from .gpt import checkpoint_blocks, gpt
 
     guard = CompileGuard(f"GPTRecipe({recipe.describe()}), its compiled-blocks lever") if recipe.compile else None
     with keep_rng():                                  # the caller's generators are left as they were
@@ -145,10 +143,7 @@ def _blocks(shape: TransformerShape, recipe: GPTRecipe, device: Any, seed: int) 
         model = gpt(shape)
     model = model.to(device)
     if recipe.checkpoint:
-        for blk in model.blocks:
-            forward = blk.forward
-            blk.forward = (lambda f: lambda x, cache=None: f(x, cache) if cache is not None else
-                           checkpoint(f, x, use_reentrant=False))(forward)
+        checkpoint_blocks(model)
     if recipe.compile:
         for i, blk in enumerate(model.blocks):
             model.blocks[i] = torch.compile(blk)
