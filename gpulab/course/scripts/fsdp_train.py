@@ -9,7 +9,13 @@ or, from a notebook, ``gl.launch("gpulab.course.scripts.fsdp_train", nproc=2)``.
    ``DTensor`` sharded on dim 0, and gathers a layer's full weights only while it runs);
 2. trains both for ``--steps`` steps with Adam on its own shard of the same global batches;
 3. reports the bytes of parameters, gradients and Adam's moments this rank holds in each (and DDP's gradient buckets), the global mean loss of
-   every step for both, and the largest difference between the two models' final weights.
+   every step for both, and the largest difference between the two models' final weights; on GPUs, each model's
+   peak bytes on the rank (its state plus what its step allocated: ``torch.cuda.max_memory_allocated``).
+
+``--mixed-precision`` adds a third model: FSDP2 under ``MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+reduce_dtype=torch.float32)``: the shards stay fp32 (Adam updates them), each layer's weights are all-gathered and
+computed with in bf16 (half the bytes on the wire and in memory while it runs), and the gradients are
+reduce-scattered in fp32.
 
 ``fully_shard`` is public as ``torch.distributed.fsdp.fully_shard`` from torch 2.6; torch 2.4 and 2.5 have it as
 ``torch.distributed._composable.fsdp.fully_shard`` (:func:`import_fully_shard` finds either). It runs over NCCL on
@@ -29,7 +35,7 @@ from gpulab.course.distributed.data_parallel import fsdp_runs_on_cpu as runs_on_
 from gpulab.distributed import WorkerInfo, barrier, init_worker, report, shard_indices
 from gpulab.timing import synchronize
 
-__all__ = ["parse_args", "import_fully_shard", "runs_on_cpu", "local_bytes", "state_bytes", "ddp_bucket_bytes",
+__all__ = ["parse_args", "import_fully_shard", "import_mixed_precision_policy", "runs_on_cpu", "local_bytes", "state_bytes", "ddp_bucket_bytes",
            "train_both", "main"]
 
 
@@ -46,6 +52,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=3, help="training steps")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--mixed-precision", action="store_true",
+                   help="also train an FSDP2 model under MixedPrecisionPolicy: bf16 parameters for compute and "
+                        "communication, gradients reduced in fp32")
     args = p.parse_args(argv)
     for name in ("hidden", "layers", "batch", "steps", "heads", "seq_len"):
         if getattr(args, name) < 1:
@@ -53,6 +62,27 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if args.model == "gpt" and args.hidden % args.heads:
         p.error(f"--hidden {args.hidden} must be a multiple of --heads {args.heads}")
     return args
+
+
+def import_mixed_precision_policy() -> Any:
+    """FSDP2's ``MixedPrecisionPolicy``, from where this torch keeps it (beside ``fully_shard``).
+
+    Example:
+        >>> import_mixed_precision_policy().__name__
+        'MixedPrecisionPolicy'
+    """
+    import importlib
+
+    import torch
+
+    for where in ("torch.distributed.fsdp", "torch.distributed._composable.fsdp"):
+        try:
+            found = getattr(importlib.import_module(where), "MixedPrecisionPolicy", None)
+        except ImportError:
+            found = None
+        if found is not None:
+            return found
+    raise ImportError(f"FSDP2's MixedPrecisionPolicy needs torch 2.4 or later; this is torch {torch.__version__}")
 
 
 def import_fully_shard() -> Callable[..., Any]:
@@ -167,19 +197,42 @@ class _Data:
         return model(x, y)[1]
 
 
+def _shard(model: Any, args: argparse.Namespace, mesh: Any, mp_policy: Any = None) -> Any:
+    """fully_shard each block (GPT) or Linear (MLP), then the root; with ``mp_policy`` if given."""
+    import torch
+
+    fully_shard = import_fully_shard()
+    kwargs = {"mesh": mesh} if mp_policy is None else {"mesh": mesh, "mp_policy": mp_policy}
+    for layer in (model.blocks if args.model == "gpt" else model):
+        if args.model == "gpt" or isinstance(layer, torch.nn.Linear):
+            fully_shard(layer, **kwargs)   # each layer's weights gathered just before it runs, freed after
+    fully_shard(model, **kwargs)           # the root: whatever the layers left (nothing here) and the step's hooks
+    return model
+
+
 def _full(t: Any) -> Any:
     return (t.full_tensor() if hasattr(t, "full_tensor") else t).detach().cpu()
 
 
+def _allocated(dev: Any) -> int | None:
+    """Bytes the CUDA allocator holds for tensors now, its peak counter reset to it; None on a CPU."""
+    if dev.type != "cuda":
+        return None
+    import torch
+
+    torch.cuda.reset_peak_memory_stats(dev)
+    return torch.cuda.memory_allocated(dev)
+
+
 def train_both(info: WorkerInfo, args: argparse.Namespace) -> dict[str, Any]:
-    """Train a DDP replica and an FSDP2 model of the same MLP (or GPT), from the same weights, on the same shards;
-    return this rank's bytes of model state in each, both loss curves (global means), each one's median step time
-    and the final weights' difference."""
+    """Train a DDP replica and an FSDP2 model of the same MLP (or GPT), from the same weights, on the same shards
+    (with ``--mixed-precision`` a third: FSDP2 under ``MixedPrecisionPolicy``, bf16 parameters, fp32 reduction);
+    return this rank's bytes of model state in each, the loss curves (global means), each one's median step time,
+    on a GPU each one's peak bytes on this rank, and the final weights' difference."""
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    fully_shard = import_fully_shard()
     dev, world = info.device, info.world_size
     if dev.type == "cpu" and not runs_on_cpu():
         raise RuntimeError(f"fully_shard on a CPU (gloo) needs torch 2.7 or later; this is torch {torch.__version__}. "
@@ -195,15 +248,14 @@ def train_both(info: WorkerInfo, args: argparse.Namespace) -> dict[str, Any]:
     from torch.distributed.device_mesh import init_device_mesh
 
     mesh = init_device_mesh(dev.type, (world,))
-    for layer in (sharded.blocks if args.model == "gpt" else sharded):
-        if args.model == "gpt" or isinstance(layer, torch.nn.Linear):
-            fully_shard(layer, mesh=mesh)   # each layer's weights gathered just before it runs, freed after
-    fully_shard(sharded, mesh=mesh)     # the root: whatever the layers left (nothing here) and the step's hooks
-    optimizers = {"ddp": torch.optim.Adam(ddp.parameters(), lr=args.lr),
-                  "fsdp": torch.optim.Adam(sharded.parameters(), lr=args.lr)}
-    models = {"ddp": ddp, "fsdp": sharded}
-    losses: dict[str, list[float]] = {"ddp": [], "fsdp": []}
-    times: dict[str, list[float]] = {"ddp": [], "fsdp": []}
+    models = {"ddp": ddp, "fsdp": _shard(sharded, args, mesh)}
+    if args.mixed_precision:    # bf16 weights gathered and computed with, gradients reduce-scattered in fp32
+        policy = import_mixed_precision_policy()(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        models["fsdp_mp"] = _shard(copy.deepcopy(base).to(dev), args, mesh, policy)
+    optimizers = {name: torch.optim.Adam(model.parameters(), lr=args.lr) for name, model in models.items()}
+    losses: dict[str, list[float]] = {name: [] for name in models}
+    times: dict[str, list[float]] = {name: [] for name in models}
+    peaks: dict[str, int | None] = {name: None for name in models}     # the step's bytes above what was resident
     n = args.batch * world
     for step in range(args.steps):
         x, y = data.batch(n, args.seed + step)
@@ -211,6 +263,7 @@ def train_both(info: WorkerInfo, args: argparse.Namespace) -> dict[str, Any]:
         xb, yb = x[mine].to(dev), y[mine].to(dev)
         for name, model in models.items():
             synchronize(dev)
+            before = _allocated(dev)
             t0 = time.perf_counter()
             optimizers[name].zero_grad(set_to_none=False)
             loss = data.loss(model, xb, yb)
@@ -218,17 +271,28 @@ def train_both(info: WorkerInfo, args: argparse.Namespace) -> dict[str, Any]:
             optimizers[name].step()
             synchronize(dev)
             times[name].append(time.perf_counter() - t0)
+            if before is not None:
+                above = torch.cuda.max_memory_allocated(dev) - before
+                peaks[name] = max(peaks[name] or 0, above)
             mean = loss.detach().clone()
             dist.all_reduce(mean)
             losses[name].append(float(mean) / world)
     held = {name: state_bytes(models[name], optimizers[name]) for name in models}
     held["ddp"]["buckets"] = ddp_bucket_bytes(ddp)     # DDP's second copy of the gradients (None: not logged here)
+    # a model's peak on this rank: its own resident state plus what its step allocated above all that was resident
+    # (the other models' state included, so it is that model's peak as if it trained alone); None on a CPU
+    peak = {name: None if peaks[name] is None else peaks[name] + sum(b or 0 for b in held[name].values())
+            for name in models}
     diff = max(float((_full(a) - _full(b)).abs().max()) for a, b in zip(ddp.module.parameters(), sharded.parameters()))
     full_bytes = sum(p.numel() * p.element_size() for p in base.parameters())
     return {"param_count": sum(p.numel() for p in base.parameters()), "full_param_bytes": full_bytes,
             **{f"{name}_{part}_bytes": b for name, h in held.items() for part, b in h.items()},
             "ddp_losses": losses["ddp"], "fsdp_losses": losses["fsdp"],
             "max_loss_diff": max(abs(a - b) for a, b in zip(losses["ddp"], losses["fsdp"])),
+            **({"fsdp_mp_losses": losses["fsdp_mp"],
+                "fsdp_mp_max_rel_loss_diff": max(abs(a - b) / abs(a) for a, b in zip(losses["ddp"], losses["fsdp_mp"]))}
+               if "fsdp_mp" in models else {}),
+            **{f"{name}_peak_bytes": b for name, b in peak.items()},
             "max_param_diff": diff,
             "fsdp_param_type": type(next(sharded.parameters())).__name__, "model": args.model,
             **{f"{name}_step_s": _median(t) for name, t in times.items()},

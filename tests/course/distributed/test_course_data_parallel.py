@@ -182,6 +182,25 @@ def test_fsdp_and_ddp_train_the_gpt_alike_and_time_their_steps():
 
 
 @pytest.mark.skipif(not fsdp_train.runs_on_cpu(), reason="fully_shard on a CPU (gloo) needs torch 2.7+")
+def test_fsdp_under_a_bf16_mixed_precision_policy_keeps_fp32_shards_and_trains_close_to_ddp():
+    import torch.distributed as dist
+
+    args = fsdp_train.parse_args(["--model", "gpt", "--hidden", "32", "--layers", "2", "--heads", "2", "--seq-len", "16",
+                                  "--batch", "2", "--steps", "3", "--mixed-precision"])
+    info = _one_process_info()
+    try:
+        out = fsdp_train.train_both(info, args)
+    finally:
+        dist.destroy_process_group()
+    assert out["fsdp_mp_params_bytes"] == out["fsdp_params_bytes"]          # the shards stay fp32: Adam updates them
+    assert out["fsdp_mp_optimizer_bytes"] == out["fsdp_optimizer_bytes"]
+    assert 0 < out["fsdp_mp_max_rel_loss_diff"] < 0.05                        # bf16 compute: close to, not equal to, fp32
+    assert out["fsdp_mp_step_s"] > 0 and len(out["fsdp_mp_losses"]) == 3
+    assert out["ddp_peak_bytes"] is None and out["fsdp_mp_peak_bytes"] is None   # peaks are the CUDA allocator's
+    assert fsdp_train.import_mixed_precision_policy().__name__ == "MixedPrecisionPolicy"
+
+
+@pytest.mark.skipif(not fsdp_train.runs_on_cpu(), reason="fully_shard on a CPU (gloo) needs torch 2.7+")
 def test_fsdp_shards_on_the_ranks_device_when_the_machine_has_a_gpu(monkeypatch):
     """On a one-GPU machine the 2 ranks run gloo on the CPU while torch's accelerator is CUDA: fully_shard's default
     mesh would be a CUDA one (rank 1 then asks for a second GPU). The script names the rank's device instead."""
