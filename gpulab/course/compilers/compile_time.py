@@ -130,14 +130,14 @@ def _clear_in_memory() -> None:
 def compile_time(make_model: Callable[[], Any], example: Any, *, blocks: str = "blocks", backward: bool = True,
                  backend: str = "inductor", steady_calls: int = 3, warm_up: bool = True, device: Any = None,
                  label: str = "the model") -> CompileTimes:
-    """Measure the first compiled call of ``make_model()`` (a function that builds the model afresh) on ``example``:
-    the whole model under ``torch.compile``, and its repeated blocks (the ``nn.ModuleList`` at the attribute
-    ``blocks``, dotted for a nested one: ``"encoder.layers"``) compiled one by one with ``block.compile()``; each cold (a fresh, empty compile cache) and warm (the
-    cache the cold call filled, Dynamo reset and in-memory caches cleared, as after a restart). ``backward`` times
-    forward and backward (a training step's compile). ``steady_calls`` calls after the first give the steady time.
-    The process's one-off costs (loading the compiler) are paid before, on a throwaway compile (``warm_up=False``
-    skips it where the process has compiled with the same backend already). The caller's
-    environment and Dynamo's state are restored: the caches used are deleted, Dynamo is reset.
+    """Measure the first compiled call of ``make_model()`` (a function that builds the model afresh) on ``example``: the
+    whole model under ``torch.compile``, and its repeated blocks (the ``nn.ModuleList`` at the attribute ``blocks``,
+    dotted for a nested one: ``"encoder.layers"``) compiled one by one with ``block.compile()``; each cold (a fresh,
+    empty compile cache) and warm (the cache the cold call filled, Dynamo reset and in-memory caches cleared, as
+    after a restart). ``backward`` times forward and backward (a training step's compile). ``steady_calls`` calls
+    after the first give the steady time. The process's one-off costs (loading the compiler) are paid before, on a
+    throwaway compile (``warm_up=False`` skips it where the process has compiled with the same backend already). The
+    caller's environment and Dynamo's state are restored: the caches used are deleted, Dynamo is reset.
 
     Example:
         >>> import torch

@@ -73,17 +73,17 @@ class LeverBounds:
 
     def against(self, steps: Any) -> "LeverGains":
         """Each lever's Amdahl figure beside its measured gain in an ablation's ``steps`` (``AblationStep``s: a
-        lever's step has its label; the micro-batch lever's are "micro-batch N", the kept one, else the fastest)."""
+        lever's step has its label, or "label: variant" for a lever tried in several variants, such as the
+        micro-batch's; then the kept variant, else the fastest)."""
         rows = []
         for b in self.levers:
-            mine = [st for st in steps if st.label == b.lever
-                    or (b.lever == "largest micro-batch" and st.label.startswith("micro-batch "))]
+            mine = [st for st in steps if st.label == b.lever or st.label.startswith(f"{b.lever}: ")]
             if not mine:
                 continue
             st = next((st for st in mine if st.decision == "kept"), None) or max(
                 mine, key=lambda st: st.gain if st.gain is not None else -1.0)
-            rows.append((b.lever if st.label == b.lever else f"{b.lever} ({st.label})", b.bound, st.gain,
-                         st.decision))
+            label = b.lever if st.label == b.lever else f"{b.lever} ({st.label.split(': ', 1)[1]})"
+            rows.append((label, b.bound, st.gain, st.decision))
         return LeverGains(self.basis, tuple(rows))
 
     def _rows(self) -> list[tuple[str, str, str, str, str]]:
@@ -97,7 +97,8 @@ class LeverBounds:
                 + "".join(f"\n{n}" for n in self.notes))
 
     def _repr_html_(self) -> str:
-        return html_table(self._HEAD, self._rows(), caption=f"What each lever wins if only its part changes ({self.basis})",
+        return html_table(self._HEAD, self._rows(),
+                          caption=f"What each lever wins if only its part changes ({self.basis})",
                           footer=" ".join(self.notes) or None)
 
 
@@ -129,10 +130,10 @@ class LeverGains:
 
 def lever_bounds(attribution: Any, *, peaks: Mapping[str, float] | None = None,
                  low_precision: str | None = None) -> LeverBounds:
-    """Amdahl's bound on each lesson-13 lever's gain (rows named as ``gpt_ablation`` names the levers), from ``attribution`` (``gl.profile(step).attribution`` of the
-    plain step) and ``peaks`` (FLOP/s by dtype name, e.g. from ``gl.machine_limits(dtypes=[...])``). The 16-bit
-    row needs ``low_precision`` (``"bfloat16"`` or ``"float16"``, as ``gl.choose_precision()`` picks) and both
-    peaks; without them it is left out, with a note.
+    """Amdahl's bound on each lesson-13 lever's gain (rows named as ``gpt_ablation`` names the levers), from
+    ``attribution`` (``gl.profile(step).attribution`` of the plain step) and ``peaks`` (FLOP/s by dtype name,
+    e.g. from ``gl.machine_limits(dtypes=[...])``). The 16-bit row needs ``low_precision`` (``"bfloat16"`` or
+    ``"float16"``, as ``gl.choose_precision()`` picks) and both peaks; without them it is left out, with a note.
 
     Example:
         >>> from gpulab.profiling import Attribution

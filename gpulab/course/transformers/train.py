@@ -169,20 +169,25 @@ def _autocast(recipe: GPTRecipe, device: Any) -> Any:
 
 
 def _step(model: Any, opt: Any, scaler: Any, recipe: GPTRecipe, batches: Sequence[tuple[Any, Any]], device: Any) -> Any:
-    """One optimizer step over ``batches`` (the recipe's micro-batches); returns the mean loss (a tensor)."""
+    """One optimizer step over ``batches`` (the recipe's micro-batches), its phases marked for ``gl.profile``;
+    returns the mean loss (a tensor)."""
+    from ...profiling.events import phase
+
     opt.zero_grad(set_to_none=True)
     total = 0.0
     for x, y in batches:
-        with _autocast(recipe, device):
+        with phase("forward"), _autocast(recipe, device):
             _, loss = model(x, y)
         part = loss / len(batches)              # equal micro-batches: each is 1/k of the step's mean
-        (scaler.scale(part) if scaler is not None else part).backward()
+        with phase("backward"):
+            (scaler.scale(part) if scaler is not None else part).backward()
         total = total + part.detach()
-    if scaler is not None:
-        scaler.step(opt)
-        scaler.update()
-    else:
-        opt.step()
+    with phase("optimizer"):
+        if scaler is not None:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
     return total
 
 

@@ -51,12 +51,16 @@ def test_against_sets_each_lever_beside_its_measured_gain_and_picks_the_kept_mic
                             peaks={"float32": 1e11, "bfloat16": 2e11}, low_precision="bfloat16")
     step = lambda label, gain, decision: SimpleNamespace(label=label, gain=gain, decision=decision)  # noqa: E731
     steps = [step("baseline", None, "baseline"), step("bf16 autocast", 1.4, "kept"), step("fused AdamW", 0.98, "dropped"),
-             step("micro-batch 8", 1.3, "dropped"), step("micro-batch 4", 1.2, "kept")]
+             step("largest micro-batch: micro-batch 8", 1.3, "dropped"),
+             step("largest micro-batch: micro-batch 4", 1.2, "kept")]
     g = b.against(steps)
     assert g.gain("bf16 autocast") == 1.4 and g.gain("fused AdamW") == 0.98
     assert g.gain("largest micro-batch") == 1.2 and any("(micro-batch 4)" in r[0] for r in g.rows)
     assert g.gain("torch.compile each block") is None                 # not tried: no row
     assert "measured gain" in repr(g) and "<table" in g._repr_html_()
+    none_kept = b.against([step("largest micro-batch: micro-batch 8", 1.3, "dropped"),
+                           step("largest micro-batch: micro-batch 4", 1.1, "dropped")])
+    assert none_kept.gain("largest micro-batch") == 1.3                # the fastest variant when none was kept
 
 
 def test_lever_bounds_refuses_bad_input():
