@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from ..._check import checked
 
-__all__ = ["mlp", "small_cnn", "resnet_small", "tiny_transformer", "example_batch", "MODELS"]
+__all__ = ["mlp", "residual_mlp", "small_cnn", "resnet_small", "tiny_transformer", "example_batch", "MODELS"]
 
 
 def mlp(in_features: int = 784, hidden: int = 512, classes: int = 10, layers: int = 2) -> Any:
@@ -31,6 +31,38 @@ def mlp(in_features: int = 784, hidden: int = 512, classes: int = 10, layers: in
         width = hidden
     blocks.append(nn.Linear(width, classes))
     return nn.Sequential(*blocks)
+
+
+def residual_mlp(in_features: int = 784, width: int = 256, blocks: int = 8, classes: int = 10) -> Any:
+    """A stack of ``blocks`` identical residual blocks (a transformer's MLP half: LayerNorm, a linear layer four times
+    as wide, GELU, back to ``width``, added to the input), held in ``.blocks``, between an input projection of the
+    flattened input and a classifier: the repeated structure regional compilation compiles once (lesson 10)."""
+    from torch import nn
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.norm = nn.LayerNorm(width)
+            self.up = nn.Linear(width, 4 * width)
+            self.down = nn.Linear(4 * width, width)
+
+        def forward(self, x: Any) -> Any:
+            return x + self.down(nn.functional.gelu(self.up(self.norm(x))))
+
+    class ResidualMLP(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inp = nn.Sequential(nn.Flatten(), nn.Linear(in_features, width))
+            self.blocks = nn.ModuleList(Block() for _ in range(blocks))
+            self.head = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, classes))
+
+        def forward(self, x: Any) -> Any:
+            h = self.inp(x)
+            for block in self.blocks:
+                h = block(h)
+            return self.head(h)
+
+    return ResidualMLP()
 
 
 def small_cnn(channels: int = 3, classes: int = 10, width: int = 32) -> Any:
@@ -104,6 +136,7 @@ def tiny_transformer(vocab: int = 1000, d_model: int = 128, heads: int = 4, laye
 
 MODELS: dict[str, tuple[Callable[..., Any], str]] = {
     "mlp": (mlp, "image28"),
+    "residual_mlp": (residual_mlp, "image28"),
     "small_cnn": (small_cnn, "image32"),
     "resnet_small": (resnet_small, "image32"),
     "tiny_transformer": (tiny_transformer, "tokens"),
