@@ -16,6 +16,13 @@ FIGURES: tuple[Published, ...] = (
               "nanoGPT README (A. Karpathy)", "https://github.com/karpathy/nanoGPT", "2023-01",
               "PyTorch with torch.compile, bf16 autocast, flash attention through scaled_dot_product_attention; "
               "300B tokens."),
+    Published("llmc-gpt2-124m-h100-mfu", "llm.c's GPT-2 (124M) replication trains on 10B FineWeb tokens in 45 minutes "
+              "on 8 H100s: about 463,000 tokens/s per GPU, at 6N + 12LdT = 0.86 GFLOP per token about 398 TFLOP/s, "
+              "40% of an H100's 989 TFLOP/s dense bf16 peak (derived).", 0.40, 0.40, "fraction", "8 x NVIDIA H100",
+              "KellerJordan/modded-nanogpt README (llm.c's baseline: 45 minutes, 10B tokens, 8 H100)",
+              "https://github.com/KellerJordan/modded-nanogpt", "2026-06",
+              "Derived here, not published as an MFU: 1e10 tokens / 2,700 s / 8 GPUs, N = 124M with the 50,257-token "
+              "embedding, L = 12, d = 768, T = 1024; llm.c in C/CUDA with cuBLAS and cuDNN's flash attention."),
     Published("modded-nanogpt-speedrun", "The NanoGPT speedrun: the 3.28 FineWeb validation loss that llm.c's GPT-2 "
               "(124M) replication reached in 45 minutes on 8 H100s (10B tokens) is reached in under 90 seconds "
               "(under 400M tokens).", 30, 30, "x", "8 x NVIDIA H100",
