@@ -312,7 +312,7 @@ def _held_out(model: Any, held: Any, shape: TransformerShape, recipe: GPTRecipe,
 def gpt_changes(shape: TransformerShape, *, device: Any = None, compile_on_cpu: bool = False) -> list[Change]:
     """The levers lesson 13 tries on ``device``, in order: the device's 16-bit autocast (bf16, or fp16 with a
     GradScaler on a GPU without bf16), fused AdamW, compiled blocks, the largest micro-batch (fewer steps for the same
-    tokens); then two memory branches, measured but not kept: accumulation (a quarter of the micro-batch, 4 per step:
+    tokens, the learning rate scaled by the square root of the batch ratio, Adam's rule); then two memory branches, measured but not kept: accumulation (a quarter of the micro-batch, 4 per step:
     the same tokens per step) and activation checkpointing per block."""
     import torch
 
@@ -331,7 +331,10 @@ def gpt_changes(shape: TransformerShape, *, device: Any = None, compile_on_cpu: 
         now = timed.get(r.micro_batch)
         faster = sorted((b for b in timed if b > r.micro_batch and (now is None or timed[b] > 1.05 * now)),
                         key=lambda b: -timed[b])[:2]
-        return [(f"micro-batch {b}", {"micro_batch": b}) for b in faster]
+        # the same tokens in fewer steps: Adam's learning rate grows with the square root of the batch ratio
+        # (Malladi et al. 2022; the linear rule is SGD's), so the larger micro-batch is judged at its own rate
+        return [(f"micro-batch {b}, lr x{math.sqrt(b / r.micro_batch):.2g} (square-root rule)",
+                 {"micro_batch": b, "lr": r.lr * math.sqrt(b / r.micro_batch)}) for b in faster]
 
     def accumulate(r: GPTRecipe) -> dict[str, Any]:
         return {"micro_batch": max(1, r.micro_batch // 4), "accumulation": r.accumulation * 4}

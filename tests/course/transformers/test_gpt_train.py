@@ -97,6 +97,8 @@ def test_the_levers_follow_the_device():
         gpt_train.micro_batches_that_fit = lambda shape, r, device=None: fits
         options = changes["largest micro-batch"].fields(GPTRecipe(micro_batch=8))
         assert [o[1]["micro_batch"] for o in options] == [32, 16]              # the fastest first
+        assert options[0][1]["lr"] == pytest.approx(GPTRecipe(micro_batch=8).lr * 2)   # the square-root rule: x sqrt(4)
+        assert "square-root rule" in options[0][0]
         fits.update({16: 103.0, 32: 90.0})                                      # none faster by 5%: nothing to try
         assert changes["largest micro-batch"].fields(GPTRecipe(micro_batch=8)) == []
     finally:
