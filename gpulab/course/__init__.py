@@ -15,9 +15,11 @@ Its parts, one folder each (the sub-package paths are the way in for a contribut
 - ``data`` (06): image sets on disk, augmentation, the input pipelines, DALI and its install
 - ``profiling`` (08): the profiling session's story told from its verdicts
 - ``distributed`` (07): data parallelism's counts and checks, ``no_sync()``, communication overlap
-- ``compilers`` (10, 11): compile modes, compiled recipes checked, kernels' bytes, coalescing
+- ``compilers`` (10, 11): compile modes, compile time (regional, cached), compiled recipes checked, kernels' bytes,
+  coalescing
 - ``capstone`` (12): MNIST, the recipe, its ablation per framework, energy, MFU, the report
-- ``transformers`` (13): the small GPT, its training and ablation, MFU, generation, attention, FlashAttention-2
+- ``transformers`` (13): the small GPT, its training and ablation, MFU and HFU, each lever's Amdahl bound,
+  generation, attention, FlashAttention-2
 - ``scripts``: what lessons 07 and 13 launch with torchrun
 
 Example:
