@@ -765,6 +765,10 @@ def _gpt_cases() -> list[Case]:
         C("gpt.static_caches", course.static_caches, {"model": g["model"], "capacity": 8},
           {"model": [3, "gpt", None, torch.nn.Linear(2, 2)], "capacity": "count"}),
         C("gpt.StaticKV", course.StaticKV, {"capacity": 8}, {"capacity": "count"}),
+        C("gpt.checkpoint_blocks", course.checkpoint_blocks, {"model": g["fresh_model"]},
+          {"model": [3, "gpt", None, torch.nn.Linear(2, 2)]}),
+        C("gpt.counted_flops_per_token", course.counted_flops_per_token, {"shape": shape, "batch": 1},
+          {"shape": [3, "gpt2", None], "checkpoint": "flag", "batch": "count", "device": "device"}),
         C("gpt.token_batch", course.token_batch,
           {"tokens": g["text"], "batch": 2, "seq_len": 8, "generator": torch.Generator().manual_seed(0)},
           {"tokens": [3, [1, 2, 3], t["float_ids"][0], t["ids"], g["text"][:5]], "batch": "count",
@@ -827,7 +831,8 @@ def _gpt() -> dict[str, Any]:
     shape = TransformerShape(layers=1, d_model=32, heads=2, seq_len=32, vocab=256)
     with torch.random.fork_rng(devices=[]):
         model = course.gpt(shape).eval()
-    return {"shape": shape, "model": model, "text": course.text_tokens(),
+        fresh = course.gpt(shape)               # for checkpoint_blocks, which changes the model it is given
+    return {"shape": shape, "model": model, "fresh_model": fresh, "text": course.text_tokens(),
             "small_vocab": TransformerShape(layers=1, d_model=32, heads=2, seq_len=32, vocab=100),
             "too_long": TransformerShape(layers=1, d_model=32, heads=2, seq_len=10**6, vocab=256)}
 

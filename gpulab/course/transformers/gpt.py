@@ -166,6 +166,7 @@ def checkpoint_blocks(model: Any) -> Any:
     cache is left as it was. Changes ``model`` in place and returns it."""
     from torch.utils.checkpoint import checkpoint
 
+    model_arg("model", model)
     for blk in model.blocks:
         forward = blk.forward
         blk.forward = (lambda f: lambda x, cache=None: f(x, cache) if cache is not None else
@@ -194,13 +195,14 @@ def counted_flops_per_token(shape: TransformerShape, *, checkpoint: bool = False
     shape_arg("shape", shape)
     flag("checkpoint", checkpoint)
     batch = whole("batch", batch, low=1)
-    dev = torch.device(device) if device is not None else torch.device("cpu")
-    with keep_rng():
+    device = device_arg("device", device)
+    dev = torch.device("cpu" if device is None else f"cuda:{device}" if isinstance(device, int) else device)
+    with keep_rng():                    # the caller's generators are left as they were
         torch.manual_seed(0)
         model = gpt(shape, manual_attention=True).to(dev)
+        x = torch.randint(0, shape.vocab, (batch, shape.seq_len)).to(dev)
     if checkpoint:
         checkpoint_blocks(model)
-    x = torch.randint(0, shape.vocab, (batch, shape.seq_len), device=dev)
 
     def step() -> None:
         _, loss = model(x, x)
