@@ -6,8 +6,9 @@ backward, Inductor generates code (C++ on a CPU, Triton on a GPU) and a compiler
 - **Regional compilation** (PyTorch's "regional compilation" recipe): compile the repeated block (``block.compile()``
   for each of a transformer's layers) instead of the whole model. Every instance of a block class runs the same
   ``forward`` code object, and Dynamo (``inline_inbuilt_nn_modules``, on by default from PyTorch 2.5) makes their
-  parameters inputs of the graph instead of constants, so one compiled graph serves every layer: the cost is one
-  block's, whatever the depth. The price: no fusion across block boundaries.
+  parameters inputs of the graph instead of constants, so one compiled graph serves every layer (two when the first
+  block's input needs no gradient and the others' do: a guard on ``requires_grad``): the cost is one block's,
+  whatever the depth. The price: no fusion across block boundaries.
 - **The compile cache**: Inductor keeps what it built on disk (``TORCHINDUCTOR_CACHE_DIR``: the FX graph cache, the
   AOTAutograd cache, the built kernels). A restarted process compiling the same model finds it there; Dynamo still
   traces, but code generation and the C++/Triton builds are skipped. ``torch.compiler.save_cache_artifacts()`` and
@@ -28,8 +29,8 @@ Example:
     ...             x = torch.relu(b(x))
     ...         return x
     >>> t = compile_time(Stack, torch.randn(4, 8), backend="eager", steady_calls=1)
-    >>> t.blocks, t.regional.graphs
-    (3, 1)
+    >>> t.blocks, t.regional.graphs < t.blocks           # one graph or two serve the three blocks
+    (3, True)
 """
 from __future__ import annotations
 
