@@ -73,6 +73,21 @@ def test_triton_flash_attention_matches_sdpa_at_t1024_and_is_timed_against_it(cu
     assert check.passed and timing.measured and timing.speedup > 0, timing
 
 
+def _tokens_per_s(step, tokens_per_step, cuda, warm=3, timed=10):
+    """Tokens/s of ``step`` over ``timed`` steps after ``warm`` untimed ones, the device synchronised around them;
+    and the last step's loss."""
+    import torch
+
+    for _ in range(warm):
+        step()
+    torch.cuda.synchronize(cuda)
+    t0 = time.perf_counter()
+    for _ in range(timed):
+        loss = step()
+    torch.cuda.synchronize(cuda)
+    return timed * tokens_per_step / (time.perf_counter() - t0), loss
+
+
 def test_gpt2_small_training_step_tokens_per_s_and_mfu(cuda, figure):
     import torch
 
@@ -93,14 +108,7 @@ def test_gpt2_small_training_step_tokens_per_s_and_mfu(cuda, figure):
         opt.step()
         return loss
 
-    for _ in range(3):
-        step()
-    torch.cuda.synchronize(cuda)
-    n, t0 = 10, time.perf_counter()
-    for _ in range(n):
-        loss = step()
-    torch.cuda.synchronize(cuda)
-    tok_s = n * batch * shape.seq_len / (time.perf_counter() - t0)
+    tok_s, loss = _tokens_per_s(step, batch * shape.seq_len, cuda)
     peak = gl.machine_limits(cuda).peak_flops(str(dtype).replace("torch.", ""))
     share = mfu(shape.flops_per_token(), tok_s, peak)
     figure("gpt2_small_train_tokens_per_s", tok_s, "tokens/s", note=f"{dtype}, batch {batch} x {shape.seq_len}, "
@@ -182,14 +190,7 @@ def test_gpt2_small_climb_reaches_40_percent_of_the_datasheet_on_hopper(cuda, fi
             scaler.update()
         return loss
 
-    for _ in range(3):              # the compile, then warm steps
-        step()
-    torch.cuda.synchronize(cuda)
-    n, t0 = 10, time.perf_counter()
-    for _ in range(n):
-        loss = step()
-    torch.cuda.synchronize(cuda)
-    tok_s = n * batch * shape.seq_len / (time.perf_counter() - t0)
+    tok_s, loss = _tokens_per_s(step, batch * shape.seq_len, cuda)     # its first steps hold the compile
     peak = gl.machine_limits(cuda).peak_flops(str(dtype).replace("torch.", ""))
     report = gpt_mfu(shape.flops_per_token(), tok_s, precision=dtype, measured_peak_flops=peak, device=cuda)
     note = f"{dtype}, micro-batch {batch} x {shape.seq_len}, fused AdamW, whole model compiled"

@@ -64,6 +64,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def _from_fsdp2(name: str) -> Any:
+    """``name`` from where this torch keeps FSDP2: ``torch.distributed.fsdp`` (2.6 and later), else
+    ``torch.distributed._composable.fsdp`` (2.4, 2.5); None where neither has it."""
+    import importlib
+
+    for where in ("torch.distributed.fsdp", "torch.distributed._composable.fsdp"):
+        try:
+            found = getattr(importlib.import_module(where), name, None)
+        except ImportError:
+            found = None
+        if found is not None:
+            return found
+    return None
+
+
 def import_mixed_precision_policy() -> Any:
     """FSDP2's ``MixedPrecisionPolicy``, from where this torch keeps it (beside ``fully_shard``).
 
@@ -71,18 +86,12 @@ def import_mixed_precision_policy() -> Any:
         >>> import_mixed_precision_policy().__name__
         'MixedPrecisionPolicy'
     """
-    import importlib
-
     import torch
 
-    for where in ("torch.distributed.fsdp", "torch.distributed._composable.fsdp"):
-        try:
-            found = getattr(importlib.import_module(where), "MixedPrecisionPolicy", None)
-        except ImportError:
-            found = None
-        if found is not None:
-            return found
-    raise ImportError(f"FSDP2's MixedPrecisionPolicy needs torch 2.4 or later; this is torch {torch.__version__}")
+    found = _from_fsdp2("MixedPrecisionPolicy")
+    if found is None:
+        raise ImportError(f"FSDP2's MixedPrecisionPolicy needs torch 2.4 or later; this is torch {torch.__version__}")
+    return found
 
 
 def import_fully_shard() -> Callable[..., Any]:
@@ -93,19 +102,13 @@ def import_fully_shard() -> Callable[..., Any]:
         >>> callable(import_fully_shard())
         True
     """
-    import importlib
-
     import torch
 
-    for where in ("torch.distributed.fsdp", "torch.distributed._composable.fsdp"):
-        try:
-            found = getattr(importlib.import_module(where), "fully_shard", None)
-        except ImportError:
-            found = None
-        if found is not None:
-            return found
-    raise ImportError(f"FSDP2's fully_shard needs torch 2.4 or later (public from 2.6); this is torch "
-                      f"{torch.__version__}: pip install -U torch")
+    found = _from_fsdp2("fully_shard")
+    if found is None:
+        raise ImportError(f"FSDP2's fully_shard needs torch 2.4 or later (public from 2.6); this is torch "
+                          f"{torch.__version__}: pip install -U torch")
+    return found
 
 
 def local_bytes(tensors: Any) -> int:
