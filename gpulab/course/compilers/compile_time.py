@@ -20,16 +20,10 @@ cleared in between (what a restarted kernel sees).
 
 Example:
     >>> import torch
-    >>> class Stack(torch.nn.Module):
-    ...     def __init__(self):
-    ...         super().__init__()
-    ...         self.blocks = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(3))
-    ...     def forward(self, x):
-    ...         for b in self.blocks:
-    ...             x = torch.relu(b(x))
-    ...         return x
-    >>> t = compile_time(Stack, torch.randn(4, 8), backend="eager", steady_calls=1)
-    >>> t.blocks, t.regional.graphs < t.blocks           # one graph or two serve the three blocks
+    >>> from gpulab.course.lesson.models import residual_mlp
+    >>> t = compile_time(lambda: residual_mlp(in_features=8, width=8, blocks=3), torch.randn(4, 8), backend="eager",
+    ...                  steady_calls=1)
+    >>> t.blocks, 1 <= t.regional.graphs < t.blocks      # one graph or two serve the three blocks
     (3, True)
 """
 from __future__ import annotations
@@ -142,14 +136,11 @@ def compile_time(make_model: Callable[[], Any], example: Any, *, blocks: str = "
 
     Example:
         >>> import torch
-        >>> class One(torch.nn.Module):
-        ...     def __init__(self):
-        ...         super().__init__()
-        ...         self.blocks = torch.nn.ModuleList([torch.nn.Linear(4, 4)])
-        ...     def forward(self, x):
-        ...         return self.blocks[0](x)
-        >>> compile_time(One, torch.randn(2, 4), backend="eager", steady_calls=1).whole.graphs
-        1
+        >>> from gpulab.course.lesson.models import residual_mlp
+        >>> one = compile_time(lambda: residual_mlp(in_features=4, width=4, blocks=1), torch.randn(2, 4),
+        ...                    backend="eager", steady_calls=1)
+        >>> one.whole.graphs, one.regional.graphs
+        (1, 1)
     """
     import torch
 
@@ -219,20 +210,28 @@ def compile_time(make_model: Callable[[], Any], example: Any, *, blocks: str = "
             steady_s = steady(model)
             _clear_in_memory()
             warm = call(compile_(build()))
+        if graphs == 0:
+            import torch as _t
+            raise ValueError(f"the {name} compiled no graph: this PyTorch ({_t.__version__}) runs a torch.nn built-in "
+                             f"(Sequential, Linear) compiled on its own as it was; make the repeated block a module "
+                             f"class of your own (as course.models.residual_mlp does)")
         return FirstCall(name, cold, warm, steady_s, graphs)
+
+    from ...compiling import keep_subnormals
 
     n_blocks = len(held_by(build()))
     cache_env = {k: os.environ.get(k) for k in _CACHE_ENV}
     try:
         if warm_up:
-            with _fresh_cache():            # the process's one-off costs, on a throwaway compile
+            with _fresh_cache(), keep_subnormals():            # the process's one-off costs, on a throwaway compile
                 _clear_in_memory()
                 call(torch.compile(build(), backend=backend))
         eager_model = build()
         call(eager_model)
         eager_s = steady(eager_model)
-        whole_call = first_calls("whole model", whole)
-        regional_call = first_calls(f"each of the {n_blocks} blocks (regional)", regional)
+        with keep_subnormals():         # some PyTorch builds' C++ turns on flushing them for the whole process
+            whole_call = first_calls("whole model", whole)
+            regional_call = first_calls(f"each of the {n_blocks} blocks (regional)", regional)
     finally:
         _clear_in_memory()
         for k, v in cache_env.items():      # Inductor writes its default cache directory into the environment

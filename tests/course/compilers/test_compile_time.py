@@ -14,11 +14,19 @@ from gpulab.course.compilers import modes  # noqa: E402
 from gpulab.compiling import compiled_graphs  # noqa: E402
 
 
+class Block(torch.nn.Module):      # a class of our own: Dynamo compiles it on its own (on torch 2.5, not a built-in)
+    def __init__(self, d: int):
+        super().__init__()
+        self.fc = torch.nn.Linear(d, d)
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(self.fc(x))
+
+
 class Stack(torch.nn.Module):
     def __init__(self, n: int = 4, d: int = 16):
         super().__init__()
-        self.blocks = torch.nn.ModuleList(torch.nn.Sequential(torch.nn.Linear(d, d), torch.nn.GELU())
-                                          for _ in range(n))
+        self.blocks = torch.nn.ModuleList(Block(d) for _ in range(n))
         self.head = torch.nn.Linear(d, 2)
 
     def forward(self, x):
@@ -42,6 +50,16 @@ def test_inductor_cold_compile_is_paid_again_warm_it_comes_from_the_cache_and_th
     assert t.whole.warm_compile_s < t.whole.compile_s and t.cache_saving > 1
     assert {k: os.environ.get(k) for k in before} == before
     assert compiled_graphs() >= 0 and t.backend == "inductor"
+
+
+def test_a_block_that_compiles_no_graph_is_refused_not_timed_as_compiled(monkeypatch):
+    from gpulab.course.compilers import compile_time as ct
+
+    monkeypatch.setattr(ct, "compiled_graphs", lambda: 0, raising=False)
+    import gpulab.compiling
+    monkeypatch.setattr(gpulab.compiling, "compiled_graphs", lambda: 0)
+    with pytest.raises(ValueError, match="compiled no graph.*class of your own"):
+        course.compile_time(Stack, torch.randn(4, 16), backend="eager", steady_calls=1)
 
 
 def test_compile_time_refuses_bad_input():
