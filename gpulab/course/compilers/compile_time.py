@@ -211,8 +211,7 @@ def compile_time(make_model: Callable[[], Any], example: Any, *, blocks: str = "
             _clear_in_memory()
             warm = call(compile_(build()))
         if graphs == 0:
-            import torch as _t
-            raise ValueError(f"the {name} compiled no graph: this PyTorch ({_t.__version__}) runs a torch.nn built-in "
+            raise ValueError(f"the {name} compiled no graph: this PyTorch ({torch.__version__}) runs a torch.nn built-in "
                              f"(Sequential, Linear) compiled on its own as it was; make the repeated block a module "
                              f"class of your own (as course.models.residual_mlp does)")
         return FirstCall(name, cold, warm, steady_s, graphs)
