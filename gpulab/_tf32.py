@@ -19,7 +19,7 @@ __all__ = ["TF32State", "tf32_state", "tf32_switched", "tf32_off"]
 class TF32State:
     """May fp32 matmuls (``matmul``) and cuDNN convolutions (``cudnn``) use TF32 now? ``api``: the switches torch
     prefers, ``"fp32_precision"`` (torch 2.9+: ``torch.backends.cuda.matmul`` / ``cudnn.conv.fp32_precision``; there the
-    others are deprecated, and reading an old one after the new ones were set raises) or ``"allow_tf32"``;
+    others are deprecated) or ``"allow_tf32"``;
     ``matmul_setting``: as that API spells it."""
     matmul: bool
     cudnn: bool
@@ -68,17 +68,18 @@ def tf32_switched(matmul: bool | None = None, cudnn: bool | None = None, *,
     saved = ([(s, s.fp32_precision) for group in new.values() for s in group] if new is not None
              else (torch.get_float32_matmul_precision(), bool(torch.backends.cudnn.allow_tf32)))
     try:
-        for name, value in (("matmul", matmul), ("cudnn", cudnn)):
-            if value is not None and new is not None:
-                for s in new[name]:
-                    s.fp32_precision = "tf32" if value else "ieee"
-            elif value is not None:
-                setattr(torch.backends.cuda.matmul if name == "matmul" else torch.backends.cudnn, "allow_tf32", value)
+        if matmul is not None and new is not None:
+            new["matmul"][0].fp32_precision = "tf32" if matmul else "ieee"
+        elif matmul is not None:
+            torch.backends.cuda.matmul.allow_tf32 = matmul
+        if cudnn is not None:
+            torch.backends.cudnn.allow_tf32 = cudnn          # see _set_cudnn: the one setter torch itself can read back
         yield tf32_state(torch)
     finally:
         if new is not None:
-            for s, setting in saved:
-                s.fp32_precision = setting
+            (mm, mm_setting), *cudnn_saved = saved
+            mm.fp32_precision = mm_setting
+            _restore_cudnn(torch, cudnn_saved)
         else:
             torch.set_float32_matmul_precision(saved[0])
             torch.backends.cudnn.allow_tf32 = saved[1]
@@ -94,9 +95,22 @@ def tf32_off(torch_module: Any = None) -> TF32State:
     """
     torch, new = _tf32_switches(torch_module)
     if new is not None:
-        for s in (*new["matmul"], *new["cudnn"]):
-            s.fp32_precision = "ieee"
+        new["matmul"][0].fp32_precision = "ieee"
     else:
         torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
     return tf32_state(torch)
+
+
+def _restore_cudnn(torch: Any, saved: list[tuple[Any, str]]) -> None:
+    """Put cuDNN's conv and rnn settings back. cuDNN's switches are set through ``torch.backends.cudnn.allow_tf32``
+    even where torch prefers ``fp32_precision``: once ``cudnn.conv``/``cudnn.rnn.fp32_precision`` is set, torch's
+    own reads of the old flag (``torch.export``, Dynamo's state guards) raise "different TF32 flags" (torch 2.9 to
+    2.14 at least), and the old setter leaves both readable. A state the old flag cannot say (conv and rnn
+    different) was the caller's own, set through the new switches: it goes back the same way."""
+    settings = {setting for _, setting in saved}
+    if settings <= {"tf32"} or settings <= {"none"}:
+        torch.backends.cudnn.allow_tf32 = settings == {"tf32"}
+    else:
+        for s, setting in saved:
+            s.fp32_precision = setting

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import gpulab as gl
+from gpulab._tf32 import tf32_off
 from gpulab.system import TF32State, tf32_state, tf32_switched
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -162,11 +163,13 @@ def test_new_api_read_and_set_without_touching_the_old_switches():
     with tf32_switched(matmul=True, cudnn=False, torch_module=t) as on:
         assert on == TF32State(True, False, "fp32_precision", "tf32")
         assert t.ctx.table[("cuda", "matmul")] == "tf32"
-        assert t.ctx.table[("cuda", "conv")] == t.ctx.table[("cuda", "rnn")] == "ieee"
+        assert t.ctx.table[("cuda", "conv")] == t.ctx.table[("cuda", "rnn")] == "none"
         with pytest.raises(RuntimeError, match="mix"):    # the older switches now refuse: a mix of the two APIs
             t.get_float32_matmul_precision()
         assert tf32_state(t).matmul is True                # gpulab's reading does not
-    assert t.ctx.legacy_reads == 1                         # only the test's own read
+        assert t.backends.cudnn.allow_tf32 is False        # torch.export and Dynamo read this one: still readable
+    assert t.ctx.legacy_reads == 2                         # only the test's own reads
+    assert t.backends.cudnn.allow_tf32 is True
     assert tf32_state(t) == TF32State(False, True, "fp32_precision", "none")
     assert t.get_float32_matmul_precision() == "highest"   # consistent again after the block
 
@@ -211,11 +214,25 @@ def test_installed_torch_switches_and_restores_on_this_cpu():
         assert (on.matmul, on.cudnn) == (True, False)
         if api == "fp32_precision":
             assert torch.backends.cuda.matmul.fp32_precision == "tf32"
-            assert torch.backends.cudnn.conv.fp32_precision == "ieee"
-        else:
-            assert torch.backends.cuda.matmul.allow_tf32 is True and torch.backends.cudnn.allow_tf32 is False
+            assert torch.backends.cudnn.conv.fp32_precision != "tf32"
+        assert torch.backends.cudnn.allow_tf32 is False       # torch.export and Dynamo read this one
+        if api == "allow_tf32":
+            assert torch.get_float32_matmul_precision() != "highest"
     assert tf32_state() == before
+    assert torch.backends.cudnn.allow_tf32 == before.cudnn     # torch's own reads of the old flag still work
     assert torch.get_float32_matmul_precision() in ("highest", "high", "medium")   # no mix left behind
+
+
+def test_tf32_off_leaves_torch_export_working():
+    """A T4 rehearsal switches TF32 off for the process; torch.export (and Dynamo) read cuDNN's old flag, which
+    torch 2.9+ refuses to read once cudnn.conv/rnn.fp32_precision were set: gpulab sets cuDNN the readable way."""
+    with tf32_switched():                                  # restored after the test
+        off = tf32_off()
+        assert (off.matmul, off.cudnn) == (False, False)
+        assert torch.backends.cudnn.allow_tf32 is False
+        model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
+        exported = gl.compiling.export(model, torch.randn(4, 8))
+        assert exported.program is not None, exported
 
 
 def test_system_info_reads_a_mixed_state_without_raising():
