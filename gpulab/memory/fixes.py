@@ -141,14 +141,26 @@ class FixLadder:
                           caption=f"Fixes tried on {self.device} ({fmt_bytes(self.capacity_bytes)})")
 
 
+def _card_bytes(device: Any) -> int:
+    """What this process may hold on a CUDA ``device``: the whole card, or less under an allocator cap (a rehearsed
+    GPU, or the preflight's share of a GPU it runs several notebooks on)."""
+    import torch
+
+    from ..rehearsal import memory_cap_bytes
+
+    total = int(torch.cuda.get_device_properties(torch.device(device)).total_memory)
+    cap = memory_cap_bytes()
+    return total if cap is None else min(total, int(cap))
+
+
 @checked(budget="bytes1?", device="device")
 def try_fixes(configs: Mapping[str, Callable[[], Any]], *, budget: int | None = None, device: Any = None) -> FixLadder:
     """Run each zero-argument callable (a few training steps of one configuration, building its model,
     optimizer and batch inside so they count) and record whether it fits and its peak memory.
 
     Each runs on :func:`smaller_card` of ``budget`` bytes (required on CPU; on CUDA the default is the
-    whole card). Out-of-memory errors are caught and memory is recovered outside the ``except`` block;
-    other errors propagate.
+    whole card, or the process's allocator cap where one is set). Out-of-memory errors are caught and memory is
+    recovered outside the ``except`` block; other errors propagate.
 
     Example:
         >>> import torch, gpulab as gl
@@ -174,7 +186,7 @@ def try_fixes(configs: Mapping[str, Callable[[], Any]], *, budget: int | None = 
     cuda = _is_cuda(device)
     if budget is None and not cuda:
         raise ValueError("on CPU pass budget=... (bytes, e.g. 64 * gl.MiB) to simulate a GPU's memory")
-    cap = int(budget) if budget is not None else int(torch.cuda.get_device_properties(torch.device(device)).total_memory)
+    cap = int(budget) if budget is not None else _card_bytes(device)
     trials = []
     for label, fn in configs.items():
         free_memory(device if cuda else None)

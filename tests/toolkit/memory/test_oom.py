@@ -427,3 +427,15 @@ def test_an_ooms_own_process_under_its_host_pid_is_not_counted_as_another(monkey
     ctx, others, src = _cuda_context(msg, "cuda:0")
     assert others == 2 * GiB, "this process, listed under its host PID, was counted as another process"
     assert ctx == int(0.4 * GiB) and "NVML" in src
+
+
+def test_try_fixes_default_budget_is_the_process_share_of_the_card(monkeypatch):
+    """On a GPU the preflight shares among notebooks (or a rehearsed T4) the default budget is the allocator cap,
+    not the whole card: smaller_card refuses a budget above the cap (seen on an H200: 140 GiB vs a 23.4 GiB share)."""
+    props = types.SimpleNamespace(total_memory=140 * gl.GiB)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: props)
+    monkeypatch.setenv("GPULAB_GPU_MEMORY_CAP", str(int(23.4 * gl.GiB)))
+    monkeypatch.delenv("GPULAB_AS", raising=False)
+    assert gpulab.memory.fixes._card_bytes("cuda") == int(23.4 * gl.GiB)
+    monkeypatch.delenv("GPULAB_GPU_MEMORY_CAP")
+    assert gpulab.memory.fixes._card_bytes("cuda") == 140 * gl.GiB
