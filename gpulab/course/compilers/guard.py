@@ -9,6 +9,8 @@ for every later recipe whose guards match no entry: the compile and CUDA-graph l
 :class:`CompileGuard` resets Dynamo when a compiled recipe is built (``torch._dynamo.reset()``: earlier recipes'
 entries no longer count) and checks the recipe's first step: if it hit the recompile limit, had a frame fall back to
 eager, or ran with no graph compiled since the last reset, it raises ``RuntimeError`` naming the recipe and lever.
+A step run under a ``TorchDispatchMode`` (the memory watches of ``gl.find_max_batch_size`` and ``gl.peak_memory``)
+runs eager by Dynamo's design and is not the one checked: the first step outside one is.
 
 Example:
     >>> import torch
@@ -58,6 +60,13 @@ def dynamo_counts() -> DynamoCounts:
                         int(counters["frames"]["ok"]), hits, fallbacks)
 
 
+def _under_dispatch_mode() -> bool:
+    """Is a ``TorchDispatchMode`` active (gpulab's memory watches are)? Dynamo runs frames eager under one."""
+    from torch.utils._python_dispatch import is_in_torch_dispatch_mode
+
+    return bool(is_in_torch_dispatch_mode())
+
+
 def recompile_limit() -> tuple[str, int]:
     """The name of Dynamo's recompile limit in the installed torch and its value.
 
@@ -88,9 +97,9 @@ class CompileGuard:
 
     def first_step(self, step: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``step(*args, **kwargs)``; the first time, with Dynamo's counters read around it and checked."""
-        if self.checked:
-            return step(*args, **kwargs)
-        before = dynamo_counts()
+        if self.checked or _under_dispatch_mode():
+            return step(*args, **kwargs)     # under a dispatch mode (a memory watch) Dynamo compiles nothing, by design:
+        before = dynamo_counts()             # the first step outside one is the one checked
         out = step(*args, **kwargs)
         self.check(before, dynamo_counts())
         self.checked = True

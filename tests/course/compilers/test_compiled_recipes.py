@@ -103,3 +103,22 @@ def test_recipes_without_compile_are_not_reset_or_checked(monkeypatch, digits):
 def test_the_guard_names_the_recipe():
     with pytest.raises(TypeError, match="what must name the recipe"):
         compile_guard.CompileGuard("")
+
+
+def test_a_first_step_under_a_memory_watch_is_not_the_one_checked(dynamo):
+    """gl.find_max_batch_size sizes its first trial under a TorchDispatchMode, where Dynamo compiles nothing (seen on
+    an H200: lesson 13's largest-micro-batch search called the compiled recipe eager). That step runs unchecked; the
+    first step outside a watch is checked."""
+    from gpulab.memory.search import _LargestTensor
+
+    f = torch.compile(lambda x: x.sin() + 1)
+    guard = compile_guard.CompileGuard("sin + 1, compiled")
+    with _LargestTensor():
+        guard.first_step(f, torch.ones(3))
+    assert not guard.checked
+    guard.first_step(f, torch.ones(3))
+    assert guard.checked
+    step = gpt_train.gpt_stepper(SHAPE, GPTRecipe(micro_batch=2, compile=True), device="cpu")
+    with _LargestTensor():
+        assert torch.isfinite(step())                 # eager under the watch, and no error
+    assert torch.isfinite(step())                     # compiled and checked outside it
