@@ -196,12 +196,23 @@ def find_max_batch_size(step: Callable[[int], Any], start: int = 8, limit: int =
 
             timed = []
             for t in trials:
-                if t.fits:
+                if not t.fits:
+                    timed.append(t)
+                    continue
+                m = None
+                try:
                     m = benchmark(step, t.batch_size, label=f"batch {t.batch_size}", items=t.batch_size, warmup=1,
                                   min_run_time=min_run_time, device=device, warn_noisy=False)
-                    timed.append(BatchTrial(t.batch_size, True, t.peak_bytes, m.items_per_s))
+                except Exception as e:   # fitted once, but not step after step (fragmentation, outputs still held)
+                    if not is_oom(e):
+                        raise
+                if m is None:            # recovered here, outside the except block
+                    free_memory(device if cuda else None)
+                    timed.append(BatchTrial(t.batch_size, False, t.peak_bytes))
+                    notes.append(f"batch {t.batch_size} fitted once but ran out of memory when timed step after step: "
+                                 "counted as not fitting")
                 else:
-                    timed.append(t)
+                    timed.append(BatchTrial(t.batch_size, True, t.peak_bytes, m.items_per_s))
             trials = timed
         return BatchSizeSearch(tuple(trials), int(capacity), margin, str(device), tuple(notes))
     finally:

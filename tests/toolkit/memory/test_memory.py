@@ -231,3 +231,23 @@ def test_other_processes_stay_other_processes(fake_nvml, monkeypatch):
     _container_t4(fake_nvml, monkeypatch, [(77, 12 * gl.GiB)], visible={77})
     r = gl.memory.reconcile_memory(cuda=_fake_cuda())
     assert r.value("other processes (NVML)") == 12 * gl.GiB and "possibly" not in r.note
+
+
+def test_a_batch_that_fitted_once_but_not_when_timed_counts_as_not_fitting():
+    """Seen on an H200 under a T4 rehearsal: the search's largest batch fitted once, then ran out of memory when timed
+    step after step. That batch is not one that fits: it is dropped with a note, never an error."""
+    import collections
+
+    calls = collections.Counter()
+
+    def step(n):
+        calls[n] += 1
+        if n >= 64 and calls[n] > 1:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.38 GiB.")
+        return torch.ones(n, 256).sum()
+
+    search = gl.find_max_batch_size(step, start=8, limit=64, budget=64 * gl.MiB, min_run_time=0.01)
+    fits = {t.batch_size: t.fits for t in search.trials}
+    assert fits[64] is False and fits[32] is True, search.trials
+    assert search.max_batch_size == 32 and search.recommended <= 32
+    assert any("batch 64 fitted once but ran out of memory" in n for n in search.notes), search.notes
