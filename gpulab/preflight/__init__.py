@@ -3,13 +3,15 @@
 
 It reports the machine and the stack (what is missing and which sections that skips), measures the ceilings a
 learner will compare against (beside the datasheet), runs the GPU conformance tests (``tests/gpu``: the real GPU
-paths, skipped without CUDA) and every notebook top to bottom, each in a process of its own under a time limit, ``jobs`` at a time on the one
-GPU (the notebooks never passed on a GPU first, then the oldest pass; what failed beside others is re-run alone at
-the end while the budget lasts), and writes ``report.md`` and ``report.json`` under ``build/gpu-check/`` and a
-record of the run into the course's ledger (``tests/gpu/runs``, :mod:`gpulab.preflight.ledger`). ``profiles``
-adds rehearsals of smaller GPUs (``("native", "t4")``: every notebook and test again as a T4 would run them,
-:mod:`gpulab.rehearsal`). Without a GPU it says so, runs the CPU parts and writes its report. Ctrl-C ends every
-job at once and still writes the report.
+paths, skipped without CUDA) and every notebook top to bottom, each in a process of its own under a time limit,
+``jobs`` at a time on the one GPU. The tests marked ``alone`` (power, overlap, peak speed: they measure the whole GPU)
+run first with nothing beside them; then the notebooks never passed on a GPU, then the oldest pass; what failed
+beside others is re-run alone at the end while the budget lasts. It writes ``report.md`` and ``report.json`` under
+``build/gpu-check/`` and a record of the run into the course's ledger (``tests/gpu/runs``,
+:mod:`gpulab.preflight.ledger`). ``profiles`` adds rehearsals of smaller GPUs (``("native", "t4")``: every notebook
+and test again as a T4 would run them, :mod:`gpulab.rehearsal`; the ``alone`` tests only natively, since a
+rehearsal's power and speed are not a T4's). Without a GPU it says so, runs the CPU parts and writes its report.
+Ctrl-C ends every job at once and still writes the report.
 
 Example:
     >>> from gpulab.preflight import check
@@ -184,12 +186,17 @@ def check(root: str | Path | None = None, out: str | Path | None = "build/gpu-ch
                                  notebook_timeout_s, cell_timeout_s, kernel_name)
         if todo:
             say(f"{len(todo)} jobs, {jobs} at a time ({', '.join(wanted)}) ...")
-        interrupted = False
+        interrupted, done = False, []
+        first = [j for j in todo if (j.tag or {}).get("alone")]      # tests that need the whole GPU: nothing beside
         try:
-            done = run_jobs(todo, jobs, deadline=deadline, on_start=lambda j: say(f"started {j.name}"),
-                            on_done=lambda d: say(f"  {d.job.name}: {state(d)} in {d.seconds:.0f} s"))
+            for batch, at_once in ((first, 1), ([j for j in todo if j not in first], jobs)):
+                if batch:
+                    done += run_jobs(batch, at_once, deadline=deadline, origin=t0,
+                                     on_start=lambda j: say(f"started {j.name}"),
+                                     on_done=lambda d: say(f"  {d.job.name}: {state(d)} in {d.seconds:.0f} s"))
         except KeyboardInterrupt as e:
-            done, interrupted = (e.args[0] if e.args and isinstance(e.args[0], list) else []), True
+            done += e.args[0] if e.args and isinstance(e.args[0], list) else []
+            interrupted = True
             say("interrupted: every job was ended; writing the report")
         test_rows, nb_rows, figures = collect(done, figures, budget_s)
         test_rows = fixed + test_rows

@@ -122,8 +122,9 @@ def _read_result(job: Job) -> dict[str, Any] | None:
 
 def run_jobs(todo: Sequence[Job], jobs: int = 1, *, deadline: float | None = None,
              on_start: Callable[[Job], None] | None = None, on_done: Callable[[Done], None] | None = None,
-             poll_s: float = 0.1) -> list[Done]:
-    """Run ``todo`` in order, ``jobs`` at a time; the :class:`Done` of each, in ``todo``'s order.
+             poll_s: float = 0.1, origin: float | None = None) -> list[Done]:
+    """Run ``todo`` in order, ``jobs`` at a time; the :class:`Done` of each, in ``todo``'s order. Start offsets count
+    from ``origin`` (``time.monotonic()``; default: now).
 
     A job not started before ``deadline`` (``time.monotonic()``; 10 s before it) is "not run"; one still running at
     its ``timeout_s`` is stopped ("timed out"). ``KeyboardInterrupt`` and ``SIGTERM`` stop every running job, mark
@@ -131,7 +132,7 @@ def run_jobs(todo: Sequence[Job], jobs: int = 1, *, deadline: float | None = Non
     ``.args[0]``: the caller writes its report with what finished."""
     if jobs < 1:
         raise ValueError(f"jobs must be a whole number >= 1, got {jobs!r}")
-    t0 = time.monotonic()
+    t0 = time.monotonic() if origin is None else origin
     pending = list(enumerate(todo))
     running: dict[int, _Running] = {}
     done: dict[int, Done] = {}

@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 from ..rehearsal import CAP_ENV, ENV, PROFILES
 from .jobs import Done, Job, run_jobs
 from .report import Figure
-from .run import Outcome, notebook_job, notebook_outcome, read_figures, tests_job, tests_outcomes
+from .run import ALONE, Outcome, marked_alone, notebook_job, notebook_outcome, read_figures, tests_job, tests_outcomes
 
 __all__ = ["profiles_arg", "default_jobs", "order_notebooks", "build_jobs", "collect", "rerun_alone",
            "rerun_tests_alone", "state"]
@@ -90,11 +90,20 @@ def build_jobs(course: Path | None, work: Path, profiles: Sequence[str], jobs: i
     fixed: list[Outcome] = []
     if course is None:
         return todo, fixed
+    tests_dir = course / "tests" / "gpu"
+    alone = tests and jobs > 1 and marked_alone(tests_dir)
     for p in profiles:
         if not tests:
             break
-        job = tests_job(course / "tests" / "gpu", work, tests_timeout_s, work / f"figures{_tag(p)}.jsonl",
-                        env=_env_for(p, jobs, env, course), tag=_tag(p))
+        if alone and p == "native":      # the whole GPU to themselves, before anything runs beside them
+            job = tests_job(tests_dir, work, tests_timeout_s, work / "figures-whole-gpu.jsonl",
+                            env=_env_for(p, 1, env, course), tag="-whole-gpu", extra_args=("-m", ALONE))
+            if not isinstance(job, Outcome):
+                todo.append(dataclasses.replace(job, name="tests/gpu (the whole GPU, alone)",
+                                                tag={**job.tag, "kind": "tests", "profile": p, "alone": True}))
+        job = tests_job(tests_dir, work, tests_timeout_s, work / f"figures{_tag(p)}.jsonl",
+                        env=_env_for(p, jobs, env, course), tag=_tag(p),
+                        extra_args=("-m", f"not {ALONE}") if alone or p != "native" else ())
         if isinstance(job, Outcome):
             fixed.append(dataclasses.replace(job, profile=p))
         else:
@@ -129,7 +138,8 @@ def collect(done: Sequence[Done], figures: list[Figure],
                       for o in tests_outcomes(d, budget_s)]
             figs += [Figure(r.get("name", "?"), r.get("value"), r.get("unit", ""), r.get("datasheet"),
                             r.get("test", ""), r.get("note", ""), profile)
-                     for r in read_figures(Path(d.job.tag["lines"]).with_name(f"figures{_tag(profile)}.jsonl"))]
+                     for r in read_figures(Path(d.job.tag.get("figures") or Path(d.job.tag["lines"]).with_name(
+                         f"figures{_tag(profile)}.jsonl")))]
         else:
             notebooks.append(notebook_outcome(d, profile, budget_s))
     return tests, notebooks, figs

@@ -118,7 +118,16 @@ def tests_job(tests_dir: Path, out_dir: Path, timeout_s: float, figures: Path, e
     argv = [sys.executable, "-m", "pytest", *(targets or [str(tests_dir)]), "-q", "-rs", "-p", "no:cacheprovider",
             f"--junitxml={junit}", *extra_args]
     return Job(f"tests/gpu{tag}", argv, timeout_s, child_env, str(root), str(log), None,
-               {"junit": str(junit), "log": str(log), "lines": str(lines), "dir": str(tests_dir)})
+               {"junit": str(junit), "log": str(log), "lines": str(lines), "dir": str(tests_dir),
+                "figures": str(figures)})
+
+
+ALONE = "alone"     # the pytest mark of a conformance test that measures the whole GPU (power, overlap, peak speed)
+
+
+def marked_alone(tests_dir: Path) -> bool:
+    """Does any conformance test in ``tests_dir`` carry the ``alone`` mark (``@pytest.mark.alone``)?"""
+    return any(f"mark.{ALONE}" in p.read_text(encoding="utf-8", errors="replace") for p in tests_dir.glob("test_*.py"))
 
 
 def tests_outcomes(done: Done, budget_s: float | None = None) -> list[Outcome]:

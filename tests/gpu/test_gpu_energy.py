@@ -19,6 +19,7 @@ def _matmuls(cuda, seconds: float) -> None:
     gl.timing.repeat_for(seconds, lambda: a @ a, device=cuda)
 
 
+@pytest.mark.alone          # idle vs loaded power, overlap, peak speed: the whole GPU, nothing beside it
 def test_the_counter_reads_joules_around_work(cuda, figure):
     idle = EnergyMeter(cuda).start()
     time.sleep(1.5)                     # over ten of the counter's ~100 ms periods
@@ -71,6 +72,7 @@ def test_monitor_phase_joules_match_the_counter(cuda, figure):
     assert phase is not None and phase == pytest.approx(direct.energy.joules, rel=0.25)
 
 
+@pytest.mark.alone          # idle vs loaded power, overlap, peak speed: the whole GPU, nothing beside it
 def test_interleaved_variants_get_their_own_power_only_in_second_long_blocks(cuda, figure):
     """NVML's counter advances every 100 ms (an H200, 2026-11-26): blocks of a second per variant give each its own
     power; the default short blocks give no figure, with the reason."""

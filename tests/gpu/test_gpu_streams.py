@@ -34,6 +34,7 @@ def timeline():
     torch.cuda.empty_cache()
 
 
+@pytest.mark.alone          # idle vs loaded power, overlap, peak speed: the whole GPU, nothing beside it
 def test_two_streams_overlap_a_copy_and_a_kernel(timeline, figure):
     t = timeline
     assert t.measured and t.source == "CUDA events", f"measure_streams returned a model, not a measurement: {t.title}"

@@ -93,6 +93,7 @@ def _tokens_per_s(step, tokens_per_step, cuda, warm=3, timed=10):
     return timed * tokens_per_step / (time.perf_counter() - t0), loss
 
 
+@pytest.mark.alone          # idle vs loaded power, overlap, peak speed: the whole GPU, nothing beside it
 def test_gpt2_small_training_step_tokens_per_s_and_mfu(cuda, figure):
     import torch
 
@@ -164,6 +165,7 @@ def test_the_kv_cache_speeds_generation_and_holds_the_counted_bytes(cuda, figure
 CLIMB_TARGET_OF_DATASHEET = 0.40
 
 
+@pytest.mark.alone          # idle vs loaded power, overlap, peak speed: the whole GPU, nothing beside it
 def test_gpt2_small_climb_reaches_40_percent_of_the_datasheet_on_hopper(cuda, figure):
     """The top of lesson 13's climb on the GPT-2-small shape (T = 1024): 16-bit autocast, fused AdamW, SDPA, the whole
     model compiled, micro-batch 16. On an H100/H200 (sm_90, not rehearsing a smaller card) its MFU over the datasheet's

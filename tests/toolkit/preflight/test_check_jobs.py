@@ -371,3 +371,23 @@ def test_a_conformance_test_that_fails_beside_others_is_re_run_alone(tmp_path):
     assert "beside others: failed" in fussy.detail and "planted" in fussy.detail
     assert rows["test_fine"].status == "passed" and not rows["test_fine"].alone
     assert report.ok
+
+
+def test_tests_marked_alone_run_first_with_nothing_beside_them(tmp_path):
+    """Seen on an H200 with six jobs at once: idle power read beside other notebooks' matmuls (557 W "idle") failed
+    the energy tests. Tests marked ``alone`` run first, by themselves; the rest beside the notebooks."""
+    tests = ("import os, time\nimport pytest\n\n"
+             "@pytest.mark.alone\ndef test_whole_gpu():\n"
+             "    time.sleep(1.5)\n\n"
+             "def test_shared():\n    time.sleep(1.5)\n")
+    course = _course(tmp_path, {"00_a": ["import time; time.sleep(1)"], "01_b": ["import time; time.sleep(1)"]},
+                     tests=tests)
+    (course / "pytest.ini").write_text("[pytest]\nmarkers =\n    alone: the whole GPU\n")
+    report = check(course, out=tmp_path / "out", limits=False, jobs=2, cell_timeout_s=60)
+    rows = {o.name.split("::")[-1]: o for o in report.tests}
+    assert set(rows) == {"test_whole_gpu", "test_shared"}, rows
+    assert rows["test_whole_gpu"].status == rows["test_shared"].status == "passed", rows
+    assert not rows["test_whole_gpu"].beside and rows["test_shared"].beside, rows
+    alone_end = rows["test_whole_gpu"].started_s + 1.5
+    assert all(o.started_s >= alone_end for o in report.notebooks), (rows, report.notebooks)
+    assert report.ok, report
