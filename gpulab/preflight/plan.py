@@ -25,6 +25,9 @@ __all__ = ["profiles_arg", "default_jobs", "order_notebooks", "build_jobs", "col
 _GIB = 1024 ** 3
 _PER_JOB_GPU_BYTES = 16 * _GIB      # a T4's memory and some: what one notebook at GPU sizes is planned to hold
 _MAX_JOBS = 6
+# thread and process pools a job sizes from the cores it sees: OpenMP's, and Inductor's compile workers (one process
+# each; six notebooks compiling at once on a 16-core host would start 96 of them and exhaust the host's memory)
+_SHARED_POOLS = ("OMP_NUM_THREADS", "TORCHINDUCTOR_COMPILE_THREADS")
 
 
 def profiles_arg(profiles: str | Sequence[str]) -> tuple[str, ...]:
@@ -72,8 +75,10 @@ def _env_for(profile: str, jobs: int, env: Any, course: Path) -> dict[str, str]:
     gpus = [g for g in (env.system.gpus if env.system is not None else ()) if g.visible]
     if jobs > 1 and env.gpus and gpus and gpus[0].memory_total_bytes:
         out[CAP_ENV] = str(int(gpus[0].memory_total_bytes // jobs))    # a notebook's share of the one GPU
-    if jobs > 1 and "OMP_NUM_THREADS" not in os.environ:
-        out["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // jobs))
+    share = str(max(1, (os.cpu_count() or 1) // jobs))    # each job's share of the cores, for its thread pools
+    for name in _SHARED_POOLS:
+        if jobs > 1 and name not in os.environ:
+            out[name] = share
     return out
 
 
@@ -182,7 +187,7 @@ def rerun_tests_alone(tests: list[Outcome], done: Sequence[Done], deadline: floa
             continue
         again = run_jobs([dataclasses.replace(job, tag={**job.tag, "kind": "tests", "profile": profile},
                                               env={k: v for k, v in job.env.items()
-                                                   if k not in (CAP_ENV, "OMP_NUM_THREADS")})], 1, deadline=deadline)[0]
+                                                   if k not in (CAP_ENV, *_SHARED_POOLS)})], 1, deadline=deadline)[0]
         alone = {node_id(o.name, root) or o.name: o for o in tests_outcomes(again)}
         out = [_alone(o, dataclasses.replace(alone[failed[o.name]], profile=profile))
                if o.profile == profile and o.name in failed and failed[o.name] in alone else o for o in out]
@@ -210,7 +215,7 @@ def rerun_alone(notebooks: list[Outcome], done: Sequence[Done], deadline: float,
             continue
         say(f"re-running {job.name} alone (it {o.status} beside others) ...")
         again = run_jobs([dataclasses.replace(job, env={k: v for k, v in job.env.items()
-                                                        if k not in (CAP_ENV, "OMP_NUM_THREADS")})], 1,
+                                                        if k not in (CAP_ENV, *_SHARED_POOLS)})], 1,
                          deadline=deadline)[0]
         new = notebook_outcome(again, o.profile)
         say(f"  alone: {new.status} in {new.seconds:.0f} s")

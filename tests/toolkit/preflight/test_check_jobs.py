@@ -391,3 +391,22 @@ def test_tests_marked_alone_run_first_with_nothing_beside_them(tmp_path):
     alone_end = rows["test_whole_gpu"].started_s + 1.5
     assert all(o.started_s >= alone_end for o in report.notebooks), (rows, report.notebooks)
     assert report.ok, report
+
+
+def test_each_job_gets_its_share_of_the_cores_for_openmp_and_inductors_compile_workers(monkeypatch, tmp_path):
+    """Inductor starts one compile worker per core in every process that compiles: six notebooks at once on the
+    H200's 16-core host killed lesson 10's kernel while it compiled. Each job gets cores // jobs of both pools."""
+    from gpulab.preflight.plan import _env_for
+
+    for name in ("OMP_NUM_THREADS", "TORCHINDUCTOR_COMPILE_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+
+    class Env:
+        gpus, system = 0, None
+
+    shared = _env_for("native", 4, Env(), tmp_path)
+    assert shared["OMP_NUM_THREADS"] == shared["TORCHINDUCTOR_COMPILE_THREADS"] == "4", shared
+    assert "TORCHINDUCTOR_COMPILE_THREADS" not in _env_for("native", 1, Env(), tmp_path)
+    monkeypatch.setenv("TORCHINDUCTOR_COMPILE_THREADS", "2")          # the caller's own setting wins
+    assert "TORCHINDUCTOR_COMPILE_THREADS" not in _env_for("native", 4, Env(), tmp_path)
