@@ -103,7 +103,7 @@ def gpu_run_cell(runs: dict[str, dict] | None) -> str:
         gpu = r["gpu"].removeprefix("NVIDIA ")
         what = f"{r['status']}" + (f", {r['seconds']:.0f} s" if r["seconds"] else "")
         where = gpu if profile == "native" else f"{profile.upper()} rehearsal on {gpu}"
-        at = f" ({r['commit'][:7]})" if r.get("commit") else ""
+        at = f" ({r['commit'][:7]}{', with changes' if r.get('dirty') else ''})" if r.get("commit") else ""
         parts.append(f"{where}, {r['date']}{at}: {what}")
     return "; ".join(parts)
 

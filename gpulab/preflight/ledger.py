@@ -186,7 +186,7 @@ def _prefix(name: str) -> str:
 
 def last_runs(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
     """Per notebook prefix ("00", "A1"), per profile: the last GPU run that reached it (its GPU, date, status,
-    seconds, commit). CPU records are not GPU runs and do not count."""
+    seconds, commit, and whether the tree had uncommitted changes). CPU records are not GPU runs and do not count."""
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for rec in records:
         if rec["device"].get("kind") != "cuda":
@@ -196,19 +196,32 @@ def last_runs(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, dict[str
                 continue
             out.setdefault(_prefix(o["name"]), {})[rec["profile"]] = {
                 "gpu": rec["device"]["name"], "date": rec["started_at"][:10], "status": o["status"],
-                "seconds": o["seconds"], "commit": rec.get("commit"), "transcribed": rec["transcribed"]}
+                "seconds": o["seconds"], "commit": rec.get("commit"), "dirty": rec.get("dirty"),
+                "transcribed": rec["transcribed"]}
     return out
+
+
+def _beside(figure: dict[str, Any], shared: set[str]) -> bool:
+    """Was ``figure`` measured by a test that ran beside other jobs (``shared``: those tests' names), and not again
+    alone? ``tests/gpu/test_x.py::test_y`` in a figure's source is ``tests.gpu.test_x::test_y`` in an outcome."""
+    source = str(figure.get("source") or "")
+    path, _, test = source.partition("::")
+    key = path.removesuffix(".py").replace("/", ".") + "::" + test
+    return key in shared and not str(figure.get("note") or "").endswith("re-run alone")
 
 
 def figure_runs(records: Iterable[dict[str, Any]], name: str, *, profile: str = "native") -> list[dict[str, Any]]:
     """The figure called ``name`` from every GPU record of ``profile``, newest first: value, unit, datasheet, share,
-    note, and the GPU, date and commit that measured it."""
+    note, and the GPU, date and commit that measured it. A figure measured beside other jobs (a check running
+    several at once) is left out unless it was measured again alone: it says what the GPU gave while shared."""
     out = []
     for rec in records:
         if rec["device"].get("kind") != "cuda" or rec["profile"] != profile:
             continue
+        shared = {o["name"] for o in rec["tests"] if o.get("beside")}
         for f in rec["figures"]:
-            if f["name"] == name and f.get("value") is not None:
+            if f["name"] == name and f.get("value") is not None and not _beside(f, shared):
                 out.append({**f, "gpu": rec["device"]["name"], "date": rec["started_at"][:10],
-                            "commit": rec.get("commit"), "transcribed": rec["transcribed"]})
+                            "commit": rec.get("commit"), "dirty": rec.get("dirty"),
+                            "transcribed": rec["transcribed"]})
     return sorted(out, key=lambda f: f["date"], reverse=True)

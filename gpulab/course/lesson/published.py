@@ -162,7 +162,8 @@ def by_this_course(figure: str, *, unit: str | None = None, root: Any = None) ->
             raise ValueError(f"the ledger's {figure!r} is in {have!r}, not {unit!r}")
         text = f"{value:.0%}" if have == "fraction" else _with_unit(value, have)
         note = " ".join(str(f.get("note") or "").split())
-        commit = f" at commit {f['commit'][:7]}" if f.get("commit") else ""
+        commit = (f" at commit {f['commit'][:7]}" + (" with uncommitted changes" if f.get("dirty") else "")
+                  if f.get("commit") else "")
         out.append(Cited(text, value, value, have, f"{gpu}" + (f" ({note[:90]})" if note else ""),
                          f"measured by this course{commit}" + (", transcribed from its report" if f["transcribed"]
                                                                 else ""), "tests/gpu/runs", f["date"]))

@@ -410,3 +410,28 @@ def test_each_job_gets_its_share_of_the_cores_for_openmp_and_inductors_compile_w
     assert "TORCHINDUCTOR_COMPILE_THREADS" not in _env_for("native", 1, Env(), tmp_path)
     monkeypatch.setenv("TORCHINDUCTOR_COMPILE_THREADS", "2")          # the caller's own setting wins
     assert "TORCHINDUCTOR_COMPILE_THREADS" not in _env_for("native", 4, Env(), tmp_path)
+
+
+def test_figures_measured_beside_other_jobs_are_not_shown_as_the_gpus_and_a_changed_tree_is_said():
+    """The H200's first whole check ran every test beside five notebooks: GPT-2-small eager at 7.8% of the datasheet
+    (26% alone, a run before). Such a figure is not what the GPU gives: left out unless measured again alone."""
+    from gpulab.preflight.ledger import figure_runs, last_runs
+
+    def test(name, beside):
+        return {"name": f"tests.gpu.test_x::{name}", "status": "passed", "seconds": 1.0, "beside": beside}
+
+    def fig(name, value, test_name, note=""):
+        return {"name": name, "value": value, "unit": "x", "source": f"tests/gpu/test_x.py::{test_name}", "note": note}
+
+    rec = {"device": {"kind": "cuda", "name": "NVIDIA H200"}, "profile": "native", "started_at": "2026-11-28T16:47:00",
+           "commit": "8dd6876abc", "dirty": True, "transcribed": False,
+           "tests": [test("test_shared", True), test("test_alone", False)],
+           "notebooks": [{"name": "00_a.ipynb", "status": "passed", "seconds": 3.0, "beside": True}],
+           "figures": [fig("a", 1.0, "test_shared"), fig("b", 2.0, "test_alone"),
+                       fig("a", 3.0, "test_shared", "0.3 ms; re-run alone")]}
+    assert [f["value"] for f in figure_runs([rec], "a")] == [3.0]
+    assert [f["value"] for f in figure_runs([rec], "b")] == [2.0] and figure_runs([rec], "b")[0]["dirty"] is True
+    import course_tool as loader
+
+    cell = loader.load().gpu_run_cell(last_runs([rec])["00"])
+    assert cell == "H200, 2026-11-28 (8dd6876, with changes): passed, 3 s", cell
