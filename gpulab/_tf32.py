@@ -73,7 +73,7 @@ def tf32_switched(matmul: bool | None = None, cudnn: bool | None = None, *,
         elif matmul is not None:
             torch.backends.cuda.matmul.allow_tf32 = matmul
         if cudnn is not None:
-            torch.backends.cudnn.allow_tf32 = cudnn          # see _set_cudnn: the one setter torch itself can read back
+            torch.backends.cudnn.allow_tf32 = cudnn          # see _restore_cudnn: the one setter torch can read back
         yield tf32_state(torch)
     finally:
         if new is not None:
