@@ -97,9 +97,9 @@ class CompileGuard:
 
     def first_step(self, step: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``step(*args, **kwargs)``; the first time, with Dynamo's counters read around it and checked."""
-        if self.checked or _under_dispatch_mode():
-            return step(*args, **kwargs)     # under a dispatch mode (a memory watch) Dynamo compiles nothing, by design:
-        before = dynamo_counts()             # the first step outside one is the one checked
+        if self.checked or _under_dispatch_mode():   # under a memory watch Dynamo compiles nothing, by design:
+            return step(*args, **kwargs)               # the first step outside one is the one checked
+        before = dynamo_counts()
         out = step(*args, **kwargs)
         self.check(before, dynamo_counts())
         self.checked = True
