@@ -25,6 +25,7 @@ from typing import Any, Iterable, Sequence
 
 from . import _numpy_ceilings as _np_ceil
 from ._check import checked, nbytes as _nbytes, text, texts, whole
+from ._dispatch import dispatch_mode
 from ._format import fmt_bytes, fmt_flops, fmt_rate, html_table, text_table
 from .caches import cache_copies, cache_levels
 from .timing import Env, Measurement, benchmark
@@ -465,7 +466,7 @@ def step_matmul_ceiling(step: Any, *args: Any, min_run_time: float = 0.3, **kwar
         noise = torch.Generator(device=dev).manual_seed(size)  # the caller's global generator stays untouched
         return torch.randn(size, dtype=dtype, device=dev, generator=noise).as_strided(shape, stride)
 
-    with Recorder():
+    with dispatch_mode(Recorder()):
         step(*args, **kwargs)
     if not recorded:
         raise ValueError("the step performed no matmul (mm, addmm, bmm, baddbmm): nothing to take a ceiling from")

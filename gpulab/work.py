@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ._dispatch import dispatch_mode
 from ._format import fmt_bytes, fmt_rate
 
 __all__ = ["SYNC_OPS", "Work", "count_work"]
@@ -204,7 +205,7 @@ def _count(fn: Callable[..., Any], args: Any, kwargs: Any, created: list[Any] | 
             names.append(name)
             return out
 
-    with _Counter():
+    with dispatch_mode(_Counter()):
         fn(*args, **kwargs)
     return Work(ops=len(per_op), flops=sum(f for _, f, _ in per_op), bytes_moved=sum(b for *_, b in per_op),
                 syncs=syncs[0], flops_by_dtype=dict(by_dtype), per_op=tuple(per_op),

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Literal
 
 from .._check import checked, install_hint
+from .._dispatch import dispatch_mode
 from .._format import fmt_bytes
 
 __all__ = ['KiB', 'MiB', 'GiB', 'is_oom', 'free_memory', 'MemoryTracker', 'memory_budget', 'PeakMemory', 'peak_memory', 'CUDA_CONTEXT_BYTES']
@@ -80,7 +81,7 @@ class _Watch:
                 watch._seen(out, (args, kwargs))
                 return out
 
-        self._mode = _Mode()
+        self._mode = dispatch_mode(_Mode())   # a compiled step met inside still compiles after it
         self._mode.__enter__()
         return self
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from .._check import checked, flag, whole
+from .._dispatch import dispatch_mode
 from .events import (LONG_OP_S, PHASES, SYNC_CALLS, OpStat, _counts_device_time, _device_attr, _interval_s, _is_device_event,
                      _phase_of, _torch, _union, check_device_events)
 from .cores import cpu_snapshot, cpu_use, step_ceilings
@@ -146,7 +147,7 @@ def _checked_first_call(fn: Callable[[], Any], torch: Any, probe: bool) -> Calla
                         meta.append(f"the output of {func._overloadpacket.__name__}")
                     return out
 
-            with _Meta():
+            with dispatch_mode(_Meta()):
                 out = fn()
         else:
             out = fn()
