@@ -13,7 +13,7 @@ Example:
     >>> out.ran
     False
     >>> course.smi_header(out.text).cuda_version
-    '12.4'
+    '13.0'
 """
 from __future__ import annotations
 
@@ -28,11 +28,12 @@ __all__ = ["SmiOutput", "SmiHeader", "nvidia_smi", "smi_header", "ILLUSTRATION_G
 
 ILLUSTRATION_GPU = "Tesla T4 on a Colab GPU runtime"
 
-# nvidia-smi's default report (driver 535 and later layout), for one T4 while a PyTorch process holds memory.
+# nvidia-smi's default report (driver 535 and later layout), for one T4 while a PyTorch process holds memory; its
+# driver (R580) supports CUDA 13.0, which the course's PyTorch wheels (cu130) need.
 _SMI = """\
 Tue Nov 24 01:00:00 2026
 +-----------------------------------------------------------------------------------------+
-| NVIDIA-SMI 550.54.15              Driver Version: 550.54.15      CUDA Version: 12.4     |
+| NVIDIA-SMI 580.65.06              Driver Version: 580.65.06      CUDA Version: 13.0     |
 |-----------------------------------------+------------------------+----------------------+
 | GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |
 | Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |
@@ -52,15 +53,18 @@ Tue Nov 24 01:00:00 2026
 +-----------------------------------------------------------------------------------------+
 """
 
-# `nvidia-smi dmon -s pucm -c 5`: one line per second (power/temperature, utilisation, clocks, memory).
+# `nvidia-smi dmon -s pucm -c 5`: one line per second (power/temperature, utilisation, clocks, memory), while a long
+# fp16 matmul starts, runs and ends. Under it the T4 reaches its 70 W limit within a second and its SM clock (pclk)
+# falls far below the 1590 MHz boost to stay within it: how it sustains only about a third of its datasheet peak
+# (lesson 00).
 _DMON = """\
 # gpu    pwr  gtemp  mtemp     sm    mem    enc    dec    jpg    ofa   mclk   pclk     fb   bar1   ccpm
 # Idx      W      C      C      %      %      %      %      %      %    MHz    MHz     MB     MB     MB
     0     31     52      -     41     18      0      0      -      -   5000   1590   1362      5      0
-    0     58     53      -     97     44      0      0      -      -   5000   1590   1362      5      0
-    0     69     54      -    100     51      0      0      -      -   5000   1560   1362      5      0
-    0     70     55      -    100     52      0      0      -      -   5000   1530   1362      5      0
-    0     33     55      -     12      4      0      0      -      -   5000   1590   1362      5      0
+    0     69     55      -    100     47      0      0      -      -   5000   1110   1362      5      0
+    0     70     58      -    100     46      0      0      -      -   5000    975   1362      5      0
+    0     70     60      -    100     46      0      0      -      -   5000    945   1362      5      0
+    0     34     58      -     10      3      0      0      -      -   5000   1590   1362      5      0
 """
 
 # `nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv`
@@ -75,8 +79,8 @@ _PERFORMANCE = """\
 ==============NVSMI LOG==============
 
 Timestamp                                 : Tue Nov 24 01:00:05 2026
-Driver Version                            : 550.54.15
-CUDA Version                              : 12.4
+Driver Version                            : 580.65.06
+CUDA Version                              : 13.0
 
 Attached GPUs                             : 1
 GPU 00000000:00:04.0

@@ -79,10 +79,22 @@ def ids(name: str, value: Any, vocab: int, *, any_device: bool = False) -> None:
         raise ValueError(f"{name} is empty (shape {tuple(value.shape)}): pass at least one sequence of one token")
     if type(value) is not torch.Tensor or value.is_meta or (value.device.type != "cpu" and not any_device):
         return                     # a fake or traced tensor, or one on a GPU inside a step: no reading it here
+    if _compiling(torch):          # traced by torch.compile: reading values would break the graph (checked eager)
+        return
     lo, hi = (int(v) for v in torch.aminmax(value))
     if lo < 0 or hi >= vocab:
         raise ValueError(f"{name} holds token ids from {lo} to {hi}, outside the model's vocabulary of {vocab} "
                          f"(ids 0 to {vocab - 1}): pass ids the model knows, or a TransformerShape with a larger vocab")
+
+
+def _compiling(torch: Any) -> bool:
+    """Is Dynamo tracing this call (``torch.compiler.is_compiling``; ``torch._dynamo.is_compiling`` before it)?"""
+    probe = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    if probe is None:
+        import torch._dynamo
+
+        probe = torch._dynamo.is_compiling
+    return bool(probe())
 
 
 def model_arg(name: str, value: Any) -> Any:

@@ -14,6 +14,9 @@ part it acts on is a share ``s`` of the step and gets ``k`` times faster, the st
   re-reading memory); bound by their vanishing, as a launch-bound GPU step nearly gets.
 - **a larger micro-batch** shares the time outside every operator (a CPU's Python between operators; a GPU's idle
   time) over more tokens: bound by that time vanishing per token.
+- **the whole model compiled with CUDA graphs** (on a GPU) replays each step's kernels with one launch and fuses as
+  compiled blocks do: bound by the device's idle time and the fusable operators vanishing together. It runs after
+  the micro-batch lever, which shares the same idle time: what the bound offers, the two split.
 
 Each bound holds only for the part named: a lever that also helps elsewhere can beat it (autocast halves the bytes
 the elementwise operators move; a larger micro-batch runs its matrix products nearer the peak), and one that costs
@@ -173,4 +176,7 @@ def lever_bounds(attribution: Any, *, peaks: Mapping[str, float] | None = None,
                            sum(share(c) for c in _FUSABLE), None))
     rows.append(LeverBound("largest micro-batch", "time outside the operators (per token)",
                            max(share(c) for c in _OUTSIDE), None))
+    if "device idle" in dict(attribution.classes):           # a GPU profile: the CUDA-graphs lever runs there only
+        rows.append(LeverBound("whole model compiled + CUDA graphs", "device idle, elementwise, norms, views",
+                               share("device idle") + sum(share(c) for c in _FUSABLE), None))
     return LeverBounds(attribution.basis, tuple(rows), tuple(notes))

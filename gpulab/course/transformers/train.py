@@ -1,5 +1,5 @@
 """Training the course's GPT with one lever at a time: a :class:`GPTRecipe` (precision, fused AdamW, compiled blocks,
-activation checkpointing, micro-batch and accumulation), :func:`train_gpt` (tokens/s over timed steps, the loss and
+the whole model compiled with CUDA graphs, activation checkpointing, micro-batch and accumulation), :func:`train_gpt` (tokens/s over timed steps, the loss and
 next-token accuracy on held-out text after the same tokens, peak memory, FLOPs per token) and :func:`gpt_ablation`,
 which drives :func:`gpulab.course.ablate`: a lever is kept when it is faster beyond the noise and its held-out
 accuracy stays at the baseline's floor. Accumulation and checkpointing are memory levers: they are measured as
@@ -37,7 +37,9 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 @dataclass(frozen=True)
 class GPTRecipe:
     """How a GPT trains: ``precision`` of the autocast ("fp32": none; "fp16" adds a GradScaler), AdamW's
-    ``fused`` kernel, ``compile`` (torch.compile of each block), ``checkpoint`` (each block's activations recomputed
+    ``fused`` kernel, ``compile`` (torch.compile of each block), ``graphs`` (the whole model compiled with
+    ``mode="reduce-overhead"``: on a CUDA GPU each step's kernels are replayed as CUDA graphs, one launch for many;
+    it replaces ``compile``'s per-block compilation), ``checkpoint`` (each block's activations recomputed
     in backward), ``micro_batch`` sequences per forward/backward and ``accumulation`` micro-batches per optimizer
     step (tokens per step = micro_batch x accumulation x seq_len), at learning rate ``lr``."""
 
@@ -48,11 +50,12 @@ class GPTRecipe:
     micro_batch: int = 8
     accumulation: int = 1
     lr: float = 3e-3
+    graphs: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.precision, str) or self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
-        for name in ("fused", "compile", "checkpoint"):        # "no" or 1 would switch a lever on unseen
+        for name in ("fused", "compile", "checkpoint", "graphs"):        # "no" or 1 would switch a lever on unseen
             flag(name, getattr(self, name))
         whole("micro_batch", self.micro_batch)
         whole("accumulation", self.accumulation)
@@ -68,7 +71,9 @@ class GPTRecipe:
         """
         parts = [self.precision, f"micro-batch {self.micro_batch}" + (f" x {self.accumulation} accumulated"
                                                                      if self.accumulation > 1 else "")]
-        parts += [name for on, name in ((self.fused, "fused AdamW"), (self.compile, "compiled blocks"),
+        parts += [name for on, name in ((self.fused, "fused AdamW"),
+                                        (self.compile and not self.graphs, "compiled blocks"),
+                                        (self.graphs, "whole model compiled, CUDA graphs"),
                                         (self.checkpoint, "checkpointed blocks")) if on]
         return ", ".join(parts + [f"lr {self.lr:g}"])
 
@@ -129,22 +134,26 @@ class GPTRun:
 
 
 def _blocks(shape: TransformerShape, recipe: GPTRecipe, device: Any, seed: int) -> tuple[Any, Any, Any, Any]:
-    """The model (compiled or checkpointed blocks as the recipe says), its AdamW, for fp16 a GradScaler, and for
-    compiled blocks the :class:`~gpulab.course.compilers.guard.CompileGuard` its first step goes through (Dynamo reset
+    """The model (compiled or checkpointed blocks, or the whole model compiled for CUDA graphs, as the recipe says), its
+    AdamW, for fp16 a GradScaler, and for a compiled recipe the :class:`~gpulab.course.compilers.guard.CompileGuard` its first step goes through (Dynamo reset
     here: every block shares ``Block.forward``, and earlier recipes' entries would count toward its recompile
     limit), else None."""
     import torch
     from ..compilers.guard import CompileGuard
     from .gpt import checkpoint_blocks, gpt
 
-    guard = CompileGuard(f"GPTRecipe({recipe.describe()}), its compiled-blocks lever") if recipe.compile else None
+    lever = "CUDA-graphs" if recipe.graphs else "compiled-blocks"
+    guard = (CompileGuard(f"GPTRecipe({recipe.describe()}), its {lever} lever") if recipe.compile or recipe.graphs
+             else None)
     with keep_rng():                                  # the caller's generators are left as they were
         torch.default_generator.manual_seed(seed)    # the CPU generator alone: the weights are made on the CPU
         model = gpt(shape)
     model = model.to(device)
     if recipe.checkpoint:
         checkpoint_blocks(model)
-    if recipe.compile:
+    if recipe.graphs:              # the whole step's forward and backward: one graph each, replayed on a GPU
+        model = torch.compile(model, mode="reduce-overhead")
+    elif recipe.compile:
         for i, blk in enumerate(model.blocks):
             model.blocks[i] = torch.compile(blk)
     kwargs = {"fused": True} if recipe.fused else {"foreach": True}
@@ -176,6 +185,8 @@ def _step(model: Any, opt: Any, scaler: Any, recipe: GPTRecipe, batches: Sequenc
     opt.zero_grad(set_to_none=True)
     total = 0.0
     for x, y in batches:
+        if recipe.graphs:                       # a new iteration: the graphs' previous outputs may be overwritten
+            _mark_step_begin()
         with phase("forward"), _autocast(recipe, device):
             _, loss = model(x, y)
         part = loss / len(batches)              # equal micro-batches: each is 1/k of the step's mean
@@ -189,6 +200,15 @@ def _step(model: Any, opt: Any, scaler: Any, recipe: GPTRecipe, batches: Sequenc
         else:
             opt.step()
     return total
+
+
+def _mark_step_begin() -> None:
+    """Tell CUDA graph trees a new iteration begins (the loss read from the last replay has been consumed)."""
+    import torch
+
+    mark = getattr(getattr(torch, "compiler", None), "cudagraph_mark_step_begin", None)
+    if mark is not None:
+        mark()
 
 
 def _recipe_arg(name: str, value: Any) -> GPTRecipe:
@@ -312,8 +332,10 @@ def _held_out(model: Any, held: Any, shape: TransformerShape, recipe: GPTRecipe,
 def gpt_changes(shape: TransformerShape, *, device: Any = None, compile_on_cpu: bool = False) -> list[Change]:
     """The levers lesson 13 tries on ``device``, in order: the device's 16-bit autocast (bf16, or fp16 with a
     GradScaler on a GPU without bf16), fused AdamW, compiled blocks, the largest micro-batch (fewer steps for the same
-    tokens, the learning rate scaled by the square root of the batch ratio, Adam's rule); then two memory branches, measured but not kept: accumulation (a quarter of the micro-batch, 4 per step:
-    the same tokens per step) and activation checkpointing per block."""
+    tokens, the learning rate scaled by the square root of the batch ratio, Adam's rule), on a CUDA GPU the whole
+    model compiled for CUDA graphs (after the micro-batch: the search for it runs without graphs, each of whose
+    shapes would be captured and kept); then two memory branches, measured but not kept: accumulation (a quarter of
+    the micro-batch, 4 per step: the same tokens per step) and activation checkpointing per block."""
     import torch
 
     from ...precision import choose_precision
@@ -351,6 +373,10 @@ def gpt_changes(shape: TransformerShape, *, device: Any = None, compile_on_cpu: 
                why_not="compiling on a CPU costs tens of seconds per graph here: pass compile_on_cpu=True"),
         Change("largest micro-batch", bigger, why="more tokens per kernel: the fixed costs of a step are shared; "
                "find_max_batch_size times the micro-batches that fit (up to 4x), the faster ones are tried fastest first"),
+        Change("whole model compiled + CUDA graphs", {"graphs": True}, one_off=True,
+               why="mode='reduce-overhead': forward and backward each one graph, their kernels replayed as a CUDA "
+                   "graph, one launch instead of hundreds",
+               available=cuda, why_not="CUDA graphs replay kernels captured on a CUDA GPU; this device has none"),
         Change("accumulation x4 (memory)", accumulate, branch=True,
                why="a quarter of the activations for the same tokens per step, paid in time"),
         Change("activation checkpointing (memory)", {"checkpoint": True}, branch=True,

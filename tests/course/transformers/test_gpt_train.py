@@ -4,6 +4,7 @@ the capstone's rule says."""
 from __future__ import annotations
 
 import doctest
+import math
 
 import pytest
 import torch
@@ -106,6 +107,33 @@ def test_the_levers_follow_the_device():
     assert changes["accumulation x4 (memory)"].fields(GPTRecipe(micro_batch=8)) == {"micro_batch": 2, "accumulation": 4}
 
 
+def test_the_cuda_graphs_lever_comes_after_the_micro_batch_and_runs_on_a_gpu_only():
+    """The micro-batch search runs without graphs (each shape it tries would be captured and kept), so the CUDA-graphs
+    lever follows it; off a CUDA GPU it is listed, not run, and says why."""
+    labels = [c.label for c in gpt_changes(SHAPE, device="cpu", compile_on_cpu=True)]
+    assert labels.index("whole model compiled + CUDA graphs") == labels.index("largest micro-batch") + 1
+    lever = next(c for c in gpt_changes(SHAPE, device="cpu") if c.label == "whole model compiled + CUDA graphs")
+    assert not lever.available and "CUDA GPU" in lever.why_not and lever.one_off
+    assert lever.fields == {"graphs": True}
+    assert GPTRecipe(compile=True, graphs=True).describe() == "fp32, micro-batch 8, whole model compiled, CUDA graphs, lr 0.003"
+
+
+def test_a_graphs_recipe_compiles_the_whole_model_and_marks_each_iteration(monkeypatch):
+    """mode="reduce-overhead" on the whole model (on a CPU Inductor compiles it without graphs), the compile guard
+    checking its first step, and CUDA graph trees told before each forward that a new iteration begins (the last
+    replay's loss has been read)."""
+    marks = []
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
+    modes = []
+    real = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda m, **kw: modes.append(kw.get("mode")) or real(m, **kw))
+    run = train_gpt(SHAPE, GPTRecipe(micro_batch=2, accumulation=2, graphs=True), steps=2, eval_windows=2,
+                    device="cpu")
+    assert modes == ["reduce-overhead"]                      # one compile: the whole model, not each block
+    assert len(marks) == 2 * 2 + 2                           # each micro-batch of the 2 steps, and the memory step
+    assert all(map(math.isfinite, run.losses)) and 0 <= run.test_accuracy <= 1
+
+
 def test_the_ablation_keeps_drops_and_branches_after_the_same_tokens():
     table = gpt_ablation(SHAPE, tokens=4096, device="cpu", accuracy_seeds=0, compare_s=0.1)
     decisions = {s.label: s.decision for s in table.steps}
@@ -186,7 +214,7 @@ def test_a_micro_batch_fits_only_with_room_for_the_recipe_it_is_timed_beside(mon
 
 # ---- bad input: refused before any work, naming the argument -------------------------------------------------------
 @pytest.mark.parametrize("field,value", [("checkpoint", "no"), ("compile", "False"), ("fused", 1), ("fused", None),
-                                         ("checkpoint", 0.0)])
+                                         ("checkpoint", 0.0), ("graphs", "yes")])
 def test_a_lever_is_switched_by_a_real_bool_only(field, value):
     """"no" and "False" are truthy: accepted, they switched the lever on and describe() said "compiled blocks"."""
     with pytest.raises(TypeError, match=f"{field} must be True or False, got {value!r}"):

@@ -46,6 +46,16 @@ def test_a_part_that_fills_the_step_is_unbounded():
     assert math.isinf(b.bound("largest micro-batch")) and "unbounded" in repr(b)
 
 
+def test_a_gpu_profile_bounds_the_cuda_graphs_lever_by_idle_time_and_fusable_work_and_a_cpu_one_leaves_it_out():
+    gpu = Attribution(1.0, 1, "device time", (("forward", 1.0),),
+                      (("matmul/conv", 0.5), ("elementwise", 0.2), ("device idle", 0.3)))
+    b = course.lever_bounds(gpu)
+    assert b.bound("whole model compiled + CUDA graphs") == pytest.approx(1 / 0.5)   # idle 0.3 + elementwise 0.2
+    assert b.bound("largest micro-batch") == pytest.approx(1 / 0.7)
+    cpu = course.lever_bounds(_attr(**{"matmul/conv": 0.5, "outside any operator": 0.3}))
+    assert cpu.bound("whole model compiled + CUDA graphs") is None
+
+
 def test_against_sets_each_lever_beside_its_measured_gain_and_picks_the_kept_micro_batch():
     b = course.lever_bounds(_attr(**{"matmul/conv": 0.5, "outside any operator": 0.3}),
                             peaks={"float32": 1e11, "bfloat16": 2e11}, low_precision="bfloat16")
