@@ -38,6 +38,7 @@ from .machine.amdahl import SerialParallelStep, python_work, serial_parallel_ste
 from .machine.nvidia_smi import CLOCK_EVENT_REASONS, SmiHeader, SmiOutput, active_reasons, nvidia_smi, smi_header
 from .machine.topology import CPUTopology, cpu_topology, pinned
 from .machine.sustained import Achievable, DatasheetShare, GPUClocks, achievable, explain_share, gpu_clocks
+from .machine.under_load import LoadClocks, clocks_under_load
 from .machine.roofline_exercises import check_linear_intensity, compute_bound_batch, linear_work
 from .machine.setup_exercises import (ARCH_CASES, VISIBLE_CASES, check_kernels, check_slowdown_reader, check_visible,
                                       cuda_visible, kernels_run_on, slowdown_reasons)
@@ -131,6 +132,7 @@ __all__ = [
     "challenge_target", "ChallengeTarget",
     "MFU", "mfu_report", "GPTMFU", "gpt_mfu",
     "serial_parallel_step", "SerialParallelStep", "python_work", "speedup_needed",
+    "clocks_under_load", "LoadClocks",
     "nvidia_smi", "SmiOutput", "smi_header", "SmiHeader", "active_reasons", "CLOCK_EVENT_REASONS",
     "achievable", "Achievable", "gpu_clocks", "GPUClocks", "explain_share", "DatasheetShare",
     "check_linear_intensity", "compute_bound_batch", "linear_work",
