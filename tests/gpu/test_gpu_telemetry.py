@@ -75,3 +75,33 @@ def test_nvml_columns_are_present_and_filled(watched, spec, figure):
     figure("monitor_gpu_util", float(frame["gpu_util_pct"].mean()), "%",
            note=f"NVML utilisation; throttled in {100 * frame['throttled'].fillna(False).astype(bool).mean():.0f}% of "
                 f"samples; Monitor verdict: {t.diagnose().verdict}")
+
+
+def test_lesson_00s_clocks_are_sampled_while_the_16_bit_matmul_runs(cuda, figure):
+    """course.clocks_under_load (lessons 00 and 04): a 16-bit matmul back to back for 3 s, NVML sampled at 20 Hz
+    inside its span: the samples are there, the clock within the card's maximum, the power near or under its limit,
+    the energy counter advanced, and the GPUClocks handed to explain_share come from the load."""
+    import torch
+
+    from gpulab import course
+
+    if importlib.util.find_spec("pynvml") is None:
+        pytest.skip("nvidia-ml-py is not installed: NVML cannot be sampled (pip install nvidia-ml-py)")
+    dtype = gl.choose_precision().autocast_dtype
+    a = torch.randn(8192, 8192, device=cuda).to(dtype)
+    load = course.clocks_under_load(lambda: a @ a, seconds=3, device=cuda, label="8192x8192 16-bit matmuls")
+    if load.gpu is None:
+        pytest.skip(load.reason)
+    assert load.samples >= 20 and load.calls > 0, load
+    assert load.sm_clock_mhz is not None and 0 < load.sm_clock_mhz <= load.max_sm_clock_mhz, load
+    if load.power_w is not None and load.power_limit_w:
+        assert load.power_w <= 1.1 * load.power_limit_w, load
+    clocks = load.clocks
+    assert clocks.available and "during 8192x8192" in clocks.when, clocks
+    rate = load.rate(2 * 8192**3)
+    figure("under_load_sm_clock", load.sm_clock_mhz, "MHz", datasheet=load.max_sm_clock_mhz,
+           note=f"median of {load.samples} samples during 3 s of 16-bit matmuls at {rate / 1e12:.0f} TFLOP/s; "
+                f"reasons: {dict(load.reasons)}")
+    if load.power_w is not None:
+        figure("under_load_power", load.power_w, "W", datasheet=load.power_limit_w,
+               note="median board power during the load (datasheet column: the enforced limit)")
