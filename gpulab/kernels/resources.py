@@ -85,6 +85,19 @@ class KernelResources:
     name: str
     num_warps: int
     rows: tuple[tuple[int, int, int, int, Occupancy], ...]     # cc, registers, spill bytes, shared bytes, occupancy
+    matrix: tuple[tuple[int, str], ...] = ()    # cc, what its tl.dot compiled to (see matrix_instructions)
+
+    def matrix_instructions(self, cc: int) -> str | None:
+        """What the kernel's matrix products compiled to on ``cc``, read from the PTX: ``"wgmma"`` (Hopper's
+        warpgroup tensor-core instructions), ``"mma"`` (tensor cores, Ampere-style ``mma.sync``), ``"fma"`` (no tensor
+        cores: scalar fused multiply-adds) or ``"none"`` (no matrix product, or none recognised); None where not
+        read."""
+        return dict(self.matrix).get(cc)
+
+    def tensor_cores(self, cc: int) -> bool | None:
+        """Do the kernel's matrix products run on tensor cores on ``cc``? None where it has none or was not read."""
+        kind = self.matrix_instructions(cc)
+        return None if kind in (None, "none") else kind in ("mma", "wgmma")
 
     def at(self, cc: int) -> Occupancy:
         """The occupancy on compute capability ``cc`` (registers, shared memory, blocks per SM, share, limiter)."""
@@ -104,6 +117,11 @@ class KernelResources:
         header = ["target", "registers/thread", "spilled", "shared/block", "blocks/SM", "occupancy", "limited by"]
         rows = [[f"sm_{cc}", str(r), fmt_bytes(s), fmt_bytes(sh), str(o.blocks_per_sm), f"{o.share:.0%}", o.limiter]
                 for cc, r, s, sh, o in self.rows]
+        if any(kind not in (None, "none") for _, kind in self.matrix):
+            names = {"wgmma": "tensor cores (wgmma)", "mma": "tensor cores (mma)", "fma": "FMA, no tensor cores"}
+            header.append("matrix products on")
+            for row, (cc, *_rest) in zip(rows, self.rows):
+                row.append(names.get(self.matrix_instructions(cc) or "none", "-"))
         return header, rows
 
     def __repr__(self) -> str:
@@ -144,8 +162,11 @@ for cc in job["ccs"]:
     text = done.stdout + done.stderr
     regs = re.search(r"Used (\d+) registers", text)
     spill = re.search(r"(\d+) bytes spill stores", text)
+    ptx = compiled.asm["ptx"]
+    matrix = ("wgmma" if re.search(r"\bwgmma\.", ptx) else "mma" if re.search(r"\bmma\.sync\.", ptx)
+              else "fma" if job["has_dot"] else "none")
     out.append([cc, int(regs.group(1)) if regs else None, int(spill.group(1)) if spill else 0,
-                int(compiled.metadata.shared), text[-2000:]])
+                int(compiled.metadata.shared), text[-2000:], matrix])
 print(json.dumps(out))
 '''
 
@@ -179,7 +200,8 @@ def kernel_resources(kernel: Any, signature: Mapping[str, str], constexprs: Mapp
         Path(tmp, "kernel_source.py").write_text("import triton\nimport triton.language as tl\n\n\n" + source)
         job = Path(tmp, "job.json")
         job.write_text(json.dumps({"dir": tmp, "name": name, "signature": dict(signature),
-                                   "constexprs": dict(constexprs or {}), "num_warps": num_warps, "ccs": list(ccs)}))
+                                   "constexprs": dict(constexprs or {}), "num_warps": num_warps, "ccs": list(ccs),
+                                   "has_dot": "tl.dot(" in source}))
         env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
         done = subprocess.run([sys.executable, "-c", _CHILD, str(job)], capture_output=True, text=True, env=env,
                               timeout=timeout_s)
@@ -189,9 +211,10 @@ def kernel_resources(kernel: Any, signature: Mapping[str, str], constexprs: Mapp
     if isinstance(result, dict):
         raise RuntimeError(f"kernel_resources needs a Triton that compiles ahead of time with its own ptxas (3.4 or "
                            f"newer, as the course pins): {result['missing']}")
-    rows = []
-    for cc, regs, spill, shared, text in result:
+    rows, matrix = [], []
+    for cc, regs, spill, shared, text, kind in result:
         if regs is None:
             raise RuntimeError(f"ptxas -v did not report {name}'s registers for sm_{cc}: {text}")
         rows.append((cc, regs, spill, shared, occupancy(cc, registers=regs, shared_bytes=shared, num_warps=num_warps)))
-    return KernelResources(name, num_warps, tuple(rows))
+        matrix.append((cc, kind))
+    return KernelResources(name, num_warps, tuple(rows), tuple(matrix))

@@ -57,3 +57,36 @@ def test_a_kernel_compiled_for_three_gpus_reports_its_registers():
         res.at(86)
     text = repr(res)
     assert "sm_75" in text and "registers/thread" in text and "occupancy" in text
+
+
+def test_the_ptx_says_whether_tl_dot_runs_on_tensor_cores():
+    """Read from the compiled PTX, never assumed: fp16 inputs use tensor cores from sm_80 (mma.sync; Hopper's wgmma on
+    sm_90), fp32 inputs at input_precision="ieee" never do; on sm_75 the installed Triton decides (3.8 emits FMA)."""
+    triton = pytest.importorskip("triton")
+    import triton.language as tl
+
+    @triton.jit
+    def dot_kernel(a_ptr, b_ptr, c_ptr, IEEE: tl.constexpr):
+        r = tl.arange(0, 32)
+        a = tl.load(a_ptr + r[:, None] * 32 + r[None, :])
+        b = tl.load(b_ptr + r[:, None] * 32 + r[None, :])
+        if IEEE:
+            c = tl.dot(a, b, input_precision="ieee")
+        else:
+            c = tl.dot(a, b)
+        tl.store(c_ptr + r[:, None] * 32 + r[None, :], c)
+
+    sig = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32"}
+    try:
+        half = gl.kernels.kernel_resources(dot_kernel, sig, {"IEEE": False})
+    except RuntimeError as e:
+        if "needs a Triton that compiles ahead of time" not in str(e):
+            raise
+        pytest.skip(str(e))
+    full = gl.kernels.kernel_resources(dot_kernel, {"a_ptr": "*fp32", "b_ptr": "*fp32", "c_ptr": "*fp32"},
+                                       {"IEEE": True})
+    assert half.matrix_instructions(80) == "mma" and half.tensor_cores(80)
+    assert half.matrix_instructions(90) in ("wgmma", "mma") and half.tensor_cores(90)
+    assert half.matrix_instructions(75) in ("mma", "fma")
+    assert all(full.matrix_instructions(cc) == "fma" and full.tensor_cores(cc) is False for cc in (75, 80, 90))
+    assert "tensor cores (mma)" in repr(half) and "FMA, no tensor cores" in repr(full)
