@@ -1,5 +1,10 @@
-"""Entering a ``TorchDispatchMode`` (gpulab's memory watches, work counter and profilers) without costing a
-compiled function its compilation.
+"""Entering a ``TorchDispatchMode`` (gpulab's memory watches, work and FLOP counters and profilers) so that it sees
+the same operators on every torch, without costing a compiled function its compilation.
+
+Under ``torch.inference_mode()`` a module's composite operators reach a mode whole (``aten.linear``, not the matrix
+product it is made of), and torch before 2.6's FLOP counter charges such an operator nothing: a Linear layer counted
+under inference mode was 0 FLOPs. Inside :func:`dispatch_mode` inference mode is set aside for ``no_grad`` (the same
+arithmetic, no autograd graph either), so the operators arrive as they do in training.
 
 Dynamo compiles nothing while a dispatch mode is active: a ``torch.compile``-d function called inside one runs eager.
 Torch releases whose Dynamo has no ``ConvertFrameReturn`` (2.5, the floor, among them) also mark the function's code
@@ -53,9 +58,23 @@ def _dynamo_hook_off() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _inference_mode_set_aside() -> Iterator[None]:
+    """Inside ``torch.inference_mode()``: ``inference_mode(False)`` and ``no_grad()`` until the block ends (composite
+    operators then reach a dispatch mode decomposed, as in training); elsewhere nothing."""
+    import torch
+
+    if not torch.is_inference_mode_enabled():
+        yield
+        return
+    with torch.inference_mode(False), torch.no_grad():
+        yield
+
+
+@contextlib.contextmanager
 def dispatch_mode(mode: Any) -> Iterator[Any]:
-    """``with mode:``, and on a torch whose Dynamo would mark code met under it "skip" for good, with Dynamo's
-    frame hook held off for the block (the functions run eager inside, as they would anyway, and compile later)."""
+    """``with mode:``, with inference mode set aside for ``no_grad`` (composite operators decomposed, as in training),
+    and on a torch whose Dynamo would mark code met under a mode "skip" for good, with Dynamo's frame hook held off
+    for the block (the functions run eager inside, as they would anyway, and compile later)."""
     guard = _dynamo_hook_off() if _skips_code_for_good() else contextlib.nullcontext()
-    with guard, mode:
+    with guard, _inference_mode_set_aside(), mode:
         yield mode

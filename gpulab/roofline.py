@@ -56,7 +56,10 @@ def count_flops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> int:
     callable_arg("fn", fn)
     from torch.utils.flop_counter import FlopCounterMode
 
-    with FlopCounterMode(display=False) as counter:
+    from ._dispatch import dispatch_mode
+
+    counter = FlopCounterMode(display=False)
+    with dispatch_mode(counter):          # under inference mode too: a Linear's matmul counted, not 0 (torch < 2.6)
         fn(*args, **kwargs)
     return int(counter.get_total_flops())
 

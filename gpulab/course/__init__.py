@@ -51,7 +51,7 @@ from .training.batching import Knee
 from .training.batch_figures import plot_accuracy
 from .training.noise_scale import NoiseScale, gradient_noise_scale
 from .training.loop_watch import LoopWatch, PhaseUse, phase_utilisation, watch_loops
-from .lesson.checks import SOLUTIONS_ENV, Challenge, Check, NotAnswered, challenge, check, solutions
+from .lesson.checks import SOLUTIONS_ENV, CannotRunHere, Challenge, Check, NotAnswered, challenge, check, solutions
 from .data.dali import DaliLoader, DaliPlan, dali_available, dali_loader, dali_plan, dali_tf_available, dali_tf_dataset
 from .data.dali import check_dali, dali_tolerance
 from .distributed.no_sync import NoSyncCheck, check_no_sync, no_sync_loss, no_sync_nullcontext
@@ -139,7 +139,7 @@ __all__ = [
     "cuda_visible", "check_visible", "VISIBLE_CASES", "kernels_run_on", "check_kernels", "ARCH_CASES",
     "slowdown_reasons", "check_slowdown_reader",
     "models", "scripts", "TrainConfig", "TrainResult", "train", "train_step", "accumulated_gradients", "evaluate",
-    "check", "Check", "NotAnswered", "challenge", "Challenge", "solutions", "SOLUTIONS_ENV",
+    "check", "Check", "NotAnswered", "CannotRunHere", "challenge", "Challenge", "solutions", "SOLUTIONS_ENV",
     "narrate", "Narration",
     "predict", "Prediction", "versus_prediction", "VersusPrediction", "compare_predictions", "predictions",
     "PredictionTable",

@@ -65,3 +65,17 @@ def test_the_hook_is_put_back_and_the_mode_still_sees_every_operator(monkeypatch
         with _dispatch.dispatch_mode(Names()):
             1 / 0
     assert eval_frame._maybe_set_eval_frame is before
+
+
+def test_under_inference_mode_a_linear_layer_is_counted_as_in_training():
+    """torch 2.5's FLOP counter saw aten.linear whole under inference mode and charged it 0 FLOPs (lesson 10's
+    inference comparison then refused flops=0); the counters set inference mode aside for no_grad."""
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))
+    x = torch.randn(16, 64)
+    trained = gl.count_flops(model, x)
+    with torch.inference_mode():
+        assert gl.count_flops(model, x) == trained == 2 * 16 * (64 * 32 + 32 * 8)
+        assert count_work(model, x).flops == trained
+        assert torch.is_inference_mode_enabled()              # put back after each count
+        out = model(x)
+    assert out.is_inference()

@@ -74,6 +74,22 @@ class NotAnswered:
         return f'<div style="color:#8a6d00"><b>&#9744; {_esc(self.name)}</b>: {_esc(self.message)}</div>'
 
 
+@dataclass(frozen=True)
+class CannotRunHere:
+    """An exercise's check this machine's stack cannot run (``reason`` says why and what to install): shown, not
+    raised, so Run All goes on; nothing about the answer is claimed."""
+
+    name: str
+    reason: str
+
+    def __repr__(self) -> str:
+        return f"[ ] {self.name}: not checked here - {self.reason}"
+
+    def _repr_html_(self) -> str:
+        return (f'<div style="color:#8a6d00"><b>&#9744; {_esc(self.name)}</b>: not checked here - '
+                f'{_esc(self.reason)}</div>')
+
+
 def _esc(s: str) -> str:
     import html
 

@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 from ..._check import checked, whole
 from ..._format import NA, TableView, fmt_rate, fmt_seconds
-from ..lesson.checks import NotAnswered
+from ..lesson.checks import CannotRunHere, NotAnswered
 
 __all__ = ["FlashCase", "FlashCheck", "FlashTiming", "check_flash_attention", "flash_attention", "key_tiles",
            "reference_kernel", "time_flash_attention", "TOLERANCES"]
@@ -54,21 +54,29 @@ def reference_kernel() -> Any:
     return flash_attention_kernel
 
 
-def _interpreter_can_loop() -> None:
-    """Refuse, with the fix, where Triton's interpreter cannot run the kernel's key loop: before 3.7 it turned a
-    scalar argument into an int with ``int()`` of a one-element array, which NumPy 2.4 no longer allows."""
+def _interpreter_problem() -> str | None:
+    """Why Triton's interpreter cannot run the kernel's key loop here, or None: before 3.7 it turned a scalar argument
+    into an int with ``int()`` of a one-element array, which NumPy 2.4 no longer allows."""
     import numpy as np
     import triton
 
     try:
         int(np.zeros(1, dtype=np.int32))
-        return
+        return None
     except TypeError:
         pass
     if tuple(int(p) for p in triton.__version__.split(".")[:2]) < (3, 7):
-        raise RuntimeError(f"Triton {triton.__version__}'s interpreter cannot loop over the keys under NumPy "
-                           f"{np.__version__} (it converts one-element arrays to int, which NumPy 2.4 refuses): "
-                           f"upgrade Triton to 3.7 or newer (the course pins 3.8), or run on a GPU")
+        return (f"Triton {triton.__version__}'s interpreter cannot loop over the keys under NumPy {np.__version__} "
+                "(it converts one-element arrays to int, which NumPy 2.4 refuses): upgrade Triton to 3.7 or newer "
+                "(the course pins 3.8), or run on a GPU")
+    return None
+
+
+def _interpreter_can_loop() -> None:
+    """Refuse, with the fix, where Triton's interpreter cannot run the kernel's key loop (:func:`_interpreter_problem`)."""
+    problem = _interpreter_problem()
+    if problem is not None:
+        raise RuntimeError(problem)
 
 
 def _interpreted(kernel: Any) -> bool:
@@ -289,12 +297,14 @@ def _hint(cases: list[FlashCase]) -> str:
 
 
 @checked(device="device")
-def check_flash_attention(fn: Callable[..., Any] | None, *, device: Any = None) -> FlashCheck | NotAnswered:
+def check_flash_attention(fn: Callable[..., Any] | None, *, device: Any = None
+                          ) -> FlashCheck | NotAnswered | CannotRunHere:
     """Run ``fn(q, k, v, causal=...)`` (e.g. ``functools.partial(course.flash_attention, kernel=my_kernel)``) on
     several shapes, causal and not, with T not a multiple of the tiles, against ``scaled_dot_product_attention`` on
     fp32 copies of the same inputs; :data:`TOLERANCES` per dtype. Returns the :class:`FlashCheck`, raises
     ``AssertionError`` with the table and a hint when an output is off, and shows "not answered yet" for None. On a
-    CPU the shapes are small (Triton's interpreter runs each program in NumPy) and 16-bit means fp16.
+    CPU the shapes are small (Triton's interpreter runs each program in NumPy) and 16-bit means fp16; where the
+    installed Triton's interpreter cannot run the kernel's loop, it shows why instead (nothing is checked).
 
     Example:
         >>> from gpulab import course
@@ -310,6 +320,9 @@ def check_flash_attention(fn: Callable[..., Any] | None, *, device: Any = None) 
     import torch.nn.functional as F
 
     dev = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
+    problem = _interpreter_problem() if dev.type != "cuda" else None
+    if problem is not None:
+        return CannotRunHere(_NAME, problem)
     start, cases = time.perf_counter(), []
     for i, (shape, dtype, causal) in enumerate(_cases(dev)):
         gen = torch.Generator().manual_seed(1000 + i)
