@@ -64,6 +64,7 @@ from .data.images import CorruptDataError, ImageSet, data_dir, synthetic_images
 from .lesson.keras import KerasSetup, start_keras
 from .lesson.optional import OptionalPart, needs
 from .compilers.modes import AutotuneScope, CompiledTraining, TorchFeature, compiled_training, max_autotune_scope, torch_feature
+from .compilers.triton_part import TritonPart, triton_part
 from .training.oom_fixes import fix_settings, ladder_rungs
 from .compilers.compile_time import CompileTimes, FirstCall, compile_time
 from .compilers.kernels import FusedChallenge, fused_challenge, matmul_global_bytes
@@ -139,7 +140,7 @@ __all__ = [
     "cuda_visible", "check_visible", "VISIBLE_CASES", "kernels_run_on", "check_kernels", "ARCH_CASES",
     "slowdown_reasons", "check_slowdown_reader",
     "models", "scripts", "TrainConfig", "TrainResult", "train", "train_step", "accumulated_gradients", "evaluate",
-    "check", "Check", "NotAnswered", "CannotRunHere", "challenge", "Challenge", "solutions", "SOLUTIONS_ENV",
+    "check", "Check", "NotAnswered", "CannotRunHere", "triton_part", "TritonPart", "challenge", "Challenge", "solutions", "SOLUTIONS_ENV",
     "narrate", "Narration",
     "predict", "Prediction", "versus_prediction", "VersusPrediction", "compare_predictions", "predictions",
     "PredictionTable",

@@ -207,3 +207,6 @@ def test_ci_runs_compat_after_test_with_venvs_keyed_by_their_requirements():
     make = (ROOT / "Makefile").read_text()
     assert re.search(r"^COMPAT_HASH := .*requirements/compat\.txt", make, re.M)
     assert re.search(r"^compat: compat-install\n\t\$\(COMPAT_PY\) -m pytest .* tests --ignore=tests/ui", make, re.M)
+    # ... and every notebook under nbval on the floor, gpulab from the checkout (the kernel is a child process)
+    assert re.search(r"^\tPYTHONPATH=\$\(CURDIR\) GPULAB_SOLUTIONS=1 \$\(COMPAT_PY\) -m pytest .*--nbval-lax.* notebooks$",
+                     make, re.M)

@@ -205,8 +205,9 @@ def test_compat_requirements_pin_the_floor():
         floor = _floor(name)
         assert pins.get(name, "").startswith(floor), \
             f"requirements/compat.txt pins {name}=={pins.get(name)}, pyproject.toml's floor is {name}>={floor}"
-    heavy = {"tensorflow", "tensorflow-cpu", "jupyterlab", "nvidia-dali-cuda120", "nbval", "playwright"}
+    heavy = {"tensorflow", "tensorflow-cpu", "jupyterlab", "nvidia-dali-cuda120", "mlflow", "onnxruntime", "playwright"}
     assert not heavy & set(pins), f"compat stays lean: {sorted(heavy & set(pins))}"
+    assert {"nbval", "ipykernel"} <= set(pins), "make compat runs the notebooks on the floor: it needs their runner"
 
 
 def test_compat_pins_match_the_course_stack_except_torch():
