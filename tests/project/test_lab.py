@@ -66,7 +66,7 @@ def test_make_lab_keeps_the_token_off_the_command_line(tmp_path):
     free port: the token is in the server's environment and not in any process's command line; /api/status
     answers with the token and refuses without it. Everything make started is killed at the end."""
     venv = Path(sys.prefix)
-    if not (venv / "bin" / "jupyter").exists() or not (ROOT / "Makefile").exists():
+    if not (venv / "bin" / "jupyter-lab").exists() or not (ROOT / "Makefile").exists():   # jupyter alone: a kernel
         pytest.skip("JupyterLab is not installed in this environment")
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if k != "JUPYTER_TOKEN"}

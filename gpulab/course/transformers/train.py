@@ -163,10 +163,14 @@ def _blocks(shape: TransformerShape, recipe: GPTRecipe, device: Any, seed: int) 
 
 
 def _first_checked(guard: Any, step: Any, *args: Any) -> Any:
-    """``step(*args)``, through the recipe's compile guard until its first step has been checked."""
-    if guard is not None and not guard.checked:
-        return guard.first_step(step, *args)
-    return step(*args)
+    """``step(*args)``, through the recipe's compile guard until its first step has been checked; a compiled recipe's
+    steps keep the process's subnormal floats (torch 2.5's Inductor libraries turn on flushing them when loaded)."""
+    if guard is None:
+        return step(*args)
+    from ...compiling import keep_subnormals
+
+    with keep_subnormals():
+        return guard.first_step(step, *args) if not guard.checked else step(*args)
 
 
 def _autocast(recipe: GPTRecipe, device: Any) -> Any:
@@ -261,7 +265,9 @@ def train_gpt(shape: TransformerShape, recipe: GPTRecipe, *, steps: int = 20, de
     steps, eval_windows = whole("steps", steps), whole("eval_windows", eval_windows)
     dev = _args(shape, recipe, device, seed, held_out=True)
     run_arg(run)
-    with keep_rng(dev):
+    from ...compiling import keep_subnormals
+
+    with keep_rng(dev), keep_subnormals():     # the held-out pass of a compiled recipe compiles (and loads) too
         return _train_gpt(shape, recipe, steps, dev, seed, eval_windows, run)
 
 
