@@ -189,8 +189,10 @@ def _step(model: Any, opt: Any, scaler: Any, recipe: GPTRecipe, batches: Sequenc
     opt.zero_grad(set_to_none=True)
     total = 0.0
     for x, y in batches:
-        if recipe.graphs:                       # a new iteration: the graphs' previous outputs may be overwritten
-            _mark_step_begin()
+        if recipe.graphs:       # a new iteration for CUDA graph trees: the last replay's loss has been read
+            import torch
+
+            torch.compiler.cudagraph_mark_step_begin()
         with phase("forward"), _autocast(recipe, device):
             _, loss = model(x, y)
         part = loss / len(batches)              # equal micro-batches: each is 1/k of the step's mean
@@ -204,15 +206,6 @@ def _step(model: Any, opt: Any, scaler: Any, recipe: GPTRecipe, batches: Sequenc
         else:
             opt.step()
     return total
-
-
-def _mark_step_begin() -> None:
-    """Tell CUDA graph trees a new iteration begins (the loss read from the last replay has been consumed)."""
-    import torch
-
-    mark = getattr(getattr(torch, "compiler", None), "cudagraph_mark_step_begin", None)
-    if mark is not None:
-        mark()
 
 
 def _recipe_arg(name: str, value: Any) -> GPTRecipe:
