@@ -2,8 +2,8 @@
 the same operators on every torch, without costing a compiled function its compilation.
 
 Under ``torch.inference_mode()`` a module's composite operators reach a mode whole (``aten.linear``, not the matrix
-product it is made of), and torch before 2.6's FLOP counter charges such an operator nothing: a Linear layer counted
-under inference mode was 0 FLOPs. Inside :func:`dispatch_mode` inference mode is set aside for ``no_grad`` (the same
+product it is made of), and torch 2.5's FLOP counter charges such an operator nothing (2.14's decomposes it): a
+Linear layer counted under inference mode was 0 FLOPs. Inside :func:`dispatch_mode` inference mode is set aside for ``no_grad`` (the same
 arithmetic, no autograd graph either), so the operators arrive as they do in training.
 
 Dynamo compiles nothing while a dispatch mode is active: a ``torch.compile``-d function called inside one runs eager.

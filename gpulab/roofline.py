@@ -59,7 +59,7 @@ def count_flops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> int:
     from ._dispatch import dispatch_mode
 
     counter = FlopCounterMode(display=False)
-    with dispatch_mode(counter):          # under inference mode too: a Linear's matmul counted, not 0 (torch < 2.6)
+    with dispatch_mode(counter):          # under inference mode too: a Linear's matmul counted, not 0 (torch 2.5)
         fn(*args, **kwargs)
     return int(counter.get_total_flops())
 
