@@ -3,8 +3,8 @@ the same operators on every torch, without costing a compiled function its compi
 
 Under ``torch.inference_mode()`` a module's composite operators reach a mode whole (``aten.linear``, not the matrix
 product it is made of), and torch 2.5's FLOP counter charges such an operator nothing (2.14's decomposes it): a
-Linear layer counted under inference mode was 0 FLOPs. Inside :func:`dispatch_mode` inference mode is set aside for ``no_grad`` (the same
-arithmetic, no autograd graph either), so the operators arrive as they do in training.
+Linear layer counted under inference mode was 0 FLOPs. Inside :func:`dispatch_mode` inference mode is set aside for
+``no_grad`` (the same arithmetic, no autograd graph either), so the operators arrive as they do in training.
 
 Dynamo compiles nothing while a dispatch mode is active: a ``torch.compile``-d function called inside one runs eager.
 Torch releases whose Dynamo has no ``ConvertFrameReturn`` (2.5, the floor, among them) also mark the function's code
