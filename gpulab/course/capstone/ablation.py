@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
 from ..._check import flag, mapping, positive, text, whole
-from .ablation_table import Ablation, AblationStep, _epochs, _fraction, accuracy_floor
+from .ablation_table import JUDGES, Ablation, AblationStep, _epochs, _fraction, accuracy_floor
 
 __all__ = ["Change", "AblationStep", "Ablation", "ablate", "accuracy_floor"]
 
@@ -156,6 +156,34 @@ def _decide(current: AblationStep, got: AblationStep, floor: float | None, min_g
     return True, gain, f"{gain:.2f}x{how}"
 
 
+def _decide_time(current: AblationStep, got: AblationStep, target: float, min_gain: float,
+                 paired: tuple[float, float] | None, budget: int) -> tuple[bool, float, str, int]:
+    """Keep or drop by time to accuracy: the samples/s gain (``paired`` when given, as :func:`_decide`) x the
+    ratio of the epochs the two recipes took to reach ``target``. Returns (keep, time gain, why, epochs to train it
+    again with): a change still short of the target after its epochs, fast enough that more of them could still
+    save time, is trained again with as many as its gain pays for (at most ``budget``); 0 when decided."""
+    keep, rate, why = _decide(current, got, None, min_gain, paired)
+    if why.startswith("diverged"):
+        return False, rate, why, 0
+    how = " (interleaved)" if paired is not None else ""
+    noise = max(min_gain, paired[1] / 100) if paired is not None else max(
+        min_gain, (current.spread_pct or 0) / 100, (got.spread_pct or 0) / 100)
+    k, n = got.epochs_to(target), len(got.epoch_accuracies)
+    k_cur = current.epochs_to(target) or len(current.epoch_accuracies)    # a kept recipe reached it: never the or
+    if k is None:
+        affordable = math.ceil(rate * k_cur / (1 + noise)) - 1     # the most epochs at which it still saves time
+        if min(budget, affordable) > n:
+            return False, rate, "", min(budget, affordable)
+        return False, rate, (f"{rate:.2f}x samples/s{how}, but below {target:.1%} after {n} epochs" +
+                             (" (the most it was given)" if affordable > n else
+                              f", and at that rate only under {affordable + 1} would save time")), 0
+    gain = rate * k_cur / k
+    why = f"{rate:.2f}x samples/s{how} x {k_cur}/{k} epochs to {target:.1%} = {gain:.2f}x time"
+    if gain < 1 + noise:
+        return False, gain, why + (": slower" if gain < 1 - noise else f": within the noise ({noise:.0%})"), 0
+    return True, gain, why, 0
+
+
 def _one_off(current: AblationStep, got: AblationStep, gain: float) -> AblationStep:
     """``got`` with its one-off cost (its first epoch's extra over a steady one, less the extra the recipe it changed
     already paid) and the epochs its steady gain takes to pay that back: one-off / (the changed recipe's steady
@@ -177,7 +205,7 @@ def ablate(train: Callable[[Any, Any], Any], baseline: Any, changes: Sequence[Ch
            device: str = "", epochs: int | None = None,
            compare: Callable[[Any, Any], tuple[float, float] | None] | None = None,
            rerun: Callable[[Any, int], float | None] | None = None, accuracy_seeds: int = 2,
-           price_per_hour: Any = None) -> Ablation:
+           price_per_hour: Any = None, judge: str = "throughput", max_epochs: int | None = None) -> Ablation:
     """Train ``baseline``, then each change applied to the best recipe so far; keep it if it helps.
 
     ``apply(recipe, fields)`` returns the changed recipe; ``ceiling(recipe)`` the measured ceiling of its
@@ -192,6 +220,12 @@ def ablate(train: Callable[[Any, Any], Any], baseline: Any, changes: Sequence[Ch
     :func:`gpulab.cost.prices` or a :class:`gpulab.cost.Price`) adds each step's cost per million samples at its
     measured throughput. Where ``train``'s result has ``joules_per_sample`` (and ``energy_source`` or
     ``energy_reason``), the table shows it, or "not measurable" with the reason.
+
+    ``judge="time to accuracy"`` (airbench's rule: what a user waits for the same accuracy) keeps a change when it
+    reaches the accuracy floor in less training time than the recipe it changed: ``train``'s result then needs
+    ``epoch_accuracies`` (the test accuracy after each epoch) and ``train`` an ``epochs`` keyword; a change faster
+    per sample that has not reached the floor in ``epochs`` trains again with the epochs its gain can pay for, at
+    most ``max_epochs`` (default 3 x ``epochs``), so a larger batch that needs more epochs is judged by its time.
     """
     if not callable(train):
         raise TypeError(f"train must be a function (recipe, run) -> result, got {train!r}")
@@ -222,6 +256,16 @@ def ablate(train: Callable[[Any, Any], Any], baseline: Any, changes: Sequence[Ch
     text("device", device)
     if epochs is not None:
         epochs = whole("epochs", epochs)
+    if judge not in JUDGES:
+        raise ValueError(f"judge must be one of {JUDGES}, got {judge!r}")
+    by_time = judge == "time to accuracy"
+    if by_time:
+        if epochs is None:
+            raise ValueError("judge='time to accuracy' needs epochs=... (the epochs train trains by default)")
+        max_epochs = 3 * epochs if max_epochs is None else whole("max_epochs", max_epochs, low=epochs)
+        _takes_epochs(train)
+    elif max_epochs is not None:
+        raise ValueError(f"max_epochs={max_epochs!r} applies to judge='time to accuracy' only (judge={judge!r})")
     if monitor_interval:                       # 0 or None: no Monitor around a tracked run
         positive("monitor_interval", monitor_interval, unit="s")
     if track is not None:
@@ -241,8 +285,9 @@ def ablate(train: Callable[[Any, Any], Any], baseline: Any, changes: Sequence[Ch
             raise ValueError(f"retry_of={c.retry_of!r} of change {c.label!r} is not the label of an earlier change: "
                              f"pass one of {[e.label for e in changes[:i]]}")
 
-    def measure(label: str, recipe: Any, decision: str) -> AblationStep:
+    def measure(label: str, recipe: Any, decision: str, n_epochs: int | None = None) -> AblationStep:
         run_id = None
+        fit = train if n_epochs in (None, epochs) else (lambda r, run: train(r, run, epochs=n_epochs))
         with contextlib.ExitStack() as stack:
             run = None
             if track is not None:
@@ -253,16 +298,17 @@ def ablate(train: Callable[[Any, Any], Any], baseline: Any, changes: Sequence[Ch
                 from ...telemetry import Monitor
 
                 with Monitor(interval=monitor_interval) as mon:
-                    result = train(recipe, run)
+                    result = fit(recipe, run)
                 run.log_trace(mon.trace)
             else:
-                result = train(recipe, run)
+                result = fit(recipe, run)
         missing = [a for a in ("samples_per_s", "spread_pct", "test_accuracy", "peak_memory_bytes", "flops_per_sample")
                    if not hasattr(result, a)]
         if missing:
             raise TypeError(f"train returned {type(result).__name__} {result!r:.60}, which has no {', '.join(missing)}: "
                             "train must return a result like course.train_recipe's RecipeRun")
         _check_result(label, result, decision == "baseline")
+        accs = _epoch_accuracies(label, result, by_time and decision != "branch" and result.test_accuracy is not None)
         run_id = run.record.run_id if run is not None else None
         c = ceiling(recipe)
         if c is not None and not (isinstance(c, tuple) and len(c) == 2 and isinstance(c[0], str)):
@@ -279,7 +325,7 @@ def ablate(train: Callable[[Any, Any], Any], baseline: Any, changes: Sequence[Ch
                             result.peak_memory_bytes, result.flops_per_sample, c[0] if c else None,
                             c[1] if c else None, run_id,
                             epoch_times_s=tuple(float(t) for t in getattr(result, "epoch_times_s", ()) or ()),
-                            joules_per_sample=jps, energy_note=note or None)
+                            joules_per_sample=jps, energy_note=note or None, epoch_accuracies=accs)
 
     current = measure(baseline_label, baseline, "baseline")
     if rerun is not None and accuracy_seeds and current.test_accuracy is not None:
@@ -293,6 +339,9 @@ def ablate(train: Callable[[Any, Any], Any], baseline: Any, changes: Sequence[Ch
         current = replace(current, accuracies=(current.test_accuracy, *(float(a) for a in again
                                                                          if a is not None and math.isfinite(a))))
     floor = current.accuracy_floor(accuracy_tolerance)
+    if by_time and (floor is None or current.epochs_to(floor) is None):
+        raise ValueError(f"the baseline {baseline_label!r} never reached its own accuracy floor ({floor}) in its epoch "
+                         f"accuracies {current.epoch_accuracies}: train's test_accuracy must be its last epoch's")
     recipe = baseline
     steps = [current]
     branches = []
@@ -320,12 +369,21 @@ def ablate(train: Callable[[Any, Any], Any], baseline: Any, changes: Sequence[Ch
             steps.append(AblationStep(change.label, "", {}, "not tried", change.why_not or "nothing to try"))
         for label, f in options:
             candidate = _applied(apply, recipe, f, label)
-            got = measure(label, candidate, "dropped")
+            trained = max(epochs, current.epochs_to(floor)) if by_time else None   # at least what the current took
+            got = measure(label, candidate, "dropped", trained)
             side = compare(recipe, candidate) if compare is not None else None
             paired = _paired(side, label) if side is not None else None     # None: not comparable side by side
-            keep, gain, why = _decide(current, got, floor, min_gain, paired)
+            rate = paired[0] if paired is not None else got.samples_per_s / current.samples_per_s
+            if by_time:
+                keep, gain, why, more = _decide_time(current, got, floor, min_gain, paired, max_epochs)
+                if more:                       # short of the target, but fast enough that more epochs could pay
+                    got = measure(label, candidate, "dropped", more)
+                    keep, gain, why, _ = _decide_time(current, got, floor, min_gain, paired, more)
+                    why = f"trained again for {more} epochs: {why}"
+            else:
+                keep, gain, why = _decide(current, got, floor, min_gain, paired)
             if change.one_off:
-                got = _one_off(current, got, gain)
+                got = _one_off(current, got, rate)
                 if got.one_off_s is not None:
                     why += f"; one-off {got.one_off_s:.3g} s, " + (
                         "never paid back" if math.isinf(got.break_even_epochs) else
@@ -344,7 +402,34 @@ def ablate(train: Callable[[Any, Any], Any], baseline: Any, changes: Sequence[Ch
         gain = got.samples_per_s / current.samples_per_s
         steps.append(replace(got, gain=gain, reason=f"{gain:.2f}x the final recipe" + (f"; {change.why}" if change.why else "")))
     return Ablation(title, tuple(steps), device, epochs, accuracy_tolerance, price=price,
-                    device_name=_device_name(device) if price is not None else "")
+                    device_name=_device_name(device) if price is not None else "", judge=judge)
+
+
+def _takes_epochs(train: Callable[..., Any]) -> None:
+    """``train`` accepts ``epochs=`` (how judging by time trains a change longer), where Python can tell."""
+    import inspect
+
+    try:
+        inspect.signature(train).bind(None, None, epochs=1)
+    except TypeError:
+        raise TypeError(f"judge='time to accuracy' trains a change longer with train(recipe, run, epochs=n): train "
+                        f"{train!r:.60} takes no epochs keyword; add one, e.g. def train(recipe, run, epochs=3)") \
+            from None
+    except ValueError:
+        pass
+
+
+def _epoch_accuracies(label: str, result: Any, needed: bool) -> tuple[float, ...]:
+    """``result.epoch_accuracies`` checked: fractions from 0 to 1 (NaN for a diverged epoch), one per epoch."""
+    accs = getattr(result, "epoch_accuracies", None) or ()
+    if isinstance(accs, (str, bytes)) or not all(
+            isinstance(a, numbers.Real) and not isinstance(a, bool) and (math.isnan(a) or 0 <= a <= 1) for a in accs):
+        raise ValueError(f"train's result for {label!r} has epoch_accuracies={accs!r:.60}: the test accuracy after "
+                         "each epoch, fractions from 0 to 1")
+    if needed and not accs:
+        raise TypeError(f"train's result for {label!r} has no epoch_accuracies: judge='time to accuracy' reads the "
+                        "test accuracy after each epoch (course.train_recipe records them)")
+    return tuple(float(a) for a in accs)
 
 
 def _applied(apply: Callable[[Any, Mapping[str, Any]], Any], recipe: Any, fields: Mapping[str, Any], label: str) -> Any:

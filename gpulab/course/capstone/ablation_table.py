@@ -23,6 +23,7 @@ from ...limits import ceiling_for
 __all__ = ["AblationStep", "Ablation", "accuracy_floor"]
 
 NOT_MEASURABLE = "not measurable"
+JUDGES = ("throughput", "time to accuracy")
 
 
 def _fraction(name: str, value: Any) -> float:
@@ -84,6 +85,33 @@ class AblationStep:
     break_even_epochs: float | None = None   # epochs of its steady-state gain that pay the one-off back (inf: never)
     joules_per_sample: float | None = None   # the device's energy counter over the timed epochs, per sample
     energy_note: str | None = None       # where those joules came from, or why there are none
+    epoch_accuracies: tuple[float, ...] = ()   # the test accuracy after each epoch (time to accuracy is read from it)
+
+    def epochs_to(self, target: float) -> int | None:
+        """How many epochs this run took to reach test accuracy ``target`` (read after each epoch); None if it never
+        did or no epoch's accuracy was read.
+
+        Example:
+            >>> AblationStep("b", "", {}, "kept", epoch_accuracies=(0.95, 0.975, 0.98)).epochs_to(0.97)
+            2
+        """
+        return next((i for i, a in enumerate(self.epoch_accuracies, 1) if a >= target), None)
+
+    @property
+    def steady_epoch_s(self) -> float | None:
+        """A steady epoch's wall time: the median of the epochs after the first (the one-off excluded), as
+        ``samples_per_s`` is measured; the only epoch's with one."""
+        rest = sorted(self.epoch_times_s[1:] or self.epoch_times_s)
+        if not rest:
+            return None
+        mid = len(rest) // 2
+        return rest[mid] if len(rest) % 2 else (rest[mid - 1] + rest[mid]) / 2
+
+    def time_to(self, target: float) -> float | None:
+        """Steady-state seconds of training to reach test accuracy ``target``: the epochs it took x a steady epoch
+        (a one-off, compiling or recording graphs, is shown apart); None if it never reached it."""
+        k, epoch = self.epochs_to(target), self.steady_epoch_s
+        return None if k is None or epoch is None else k * epoch
 
     @property
     def wall_s(self) -> float | None:
@@ -134,10 +162,39 @@ class Ablation(TableView):
     notes: tuple[str, ...] = field(default_factory=tuple)
     price: Price | None = None        # the hourly price the cost column uses (None: no cost column)
     device_name: str = ""             # what the runs were measured on, by name (a GPU's price on it is a what-if)
+    judge: str = "throughput"         # or "time to accuracy": kept = less training time to the baseline's accuracy
 
     def __post_init__(self) -> None:
         if self.price is not None:
             object.__setattr__(self, "price", hourly_price(self.price))
+        if self.judge not in JUDGES:
+            raise ValueError(f"judge must be one of {JUDGES}, got {self.judge!r}")
+
+    @property
+    def target_accuracy(self) -> float | None:
+        """The accuracy every recipe is held to (:attr:`accuracy_floor`): judged by time, the one each must reach."""
+        return self.accuracy_floor
+
+    @property
+    def by_time(self) -> bool:
+        """Whether changes were judged by their time to the baseline's accuracy (else by samples/s at a floor)."""
+        return self.judge == "time to accuracy"
+
+    def time_to_target(self, label: str) -> float | None:
+        """Steady-state seconds ``label`` trained to reach the :attr:`accuracy_floor` (its target); None if it never
+        did, or without an accuracy per epoch (see :meth:`AblationStep.time_to`)."""
+        target = self.accuracy_floor
+        return None if target is None else self.step(label).time_to(target)
+
+    def time_speedup(self, label: str) -> float | None:
+        """The baseline's time to the target over ``label``'s: what a user waits for the same accuracy."""
+        b, s = self.time_to_target(self.baseline.label), self.time_to_target(label)
+        return None if b is None or not s else b / s
+
+    @property
+    def time_ratio_over_baseline(self) -> float | None:
+        """The final recipe's :meth:`time_speedup`: the headline of an ablation judged by time to accuracy."""
+        return self.time_speedup(self.final.label)
 
     def cost_per_million(self, label: str) -> float | None:
         """USD per million samples of ``label`` at :attr:`price` and its measured samples/s; None without a price
@@ -218,6 +275,8 @@ class Ablation(TableView):
                  "share_of_ceiling": self.share_of_ceiling(s.label), "gain": s.gain, "peak_memory_bytes": s.peak_memory_bytes,
                  "test_accuracy": s.test_accuracy, "accuracy_vs_baseline": self.accuracy_vs_baseline(s.label),
                  "wall_s": s.wall_s, "one_off_s": s.one_off_s, "break_even_epochs": s.break_even_epochs,
+                 "epochs_to_target": s.epochs_to(self.accuracy_floor) if self.accuracy_floor is not None else None,
+                 "time_to_target_s": self.time_to_target(s.label), "time_speedup": self.time_speedup(s.label),
                  "joules_per_sample": s.joules_per_sample, "usd_per_million": self.cost_per_million(s.label),
                  "run_id": s.run_id} for s in self.steps]
         return pd.DataFrame(rows).set_index("step")
@@ -228,6 +287,7 @@ class Ablation(TableView):
         j_scale, j_unit = (1e3, "mJ") if joules and max(joules) < 0.1 else (1.0, "J")
         header = ["step", "samples/s", "spread", f"vs {self.baseline.label}", "achieved", "% of ceiling",
                   "peak memory", "test accuracy", f"accuracy vs {self.baseline.label}", "wall, all epochs",
+                  *([f"time to {self.accuracy_floor:.1%}", "time vs " + self.baseline.label] if self.by_time else []),
                   *(["one-off", "pays back after"] if one_off else []), f"{j_unit} per sample",
                   *(["$ per 1M samples"] if self.price is not None else []), "decision"]
         rows = []
@@ -245,6 +305,8 @@ class Ablation(TableView):
                    fmt_bytes(s.peak_memory_bytes), NA if s.test_accuracy is None else f"{s.test_accuracy:.1%}",
                    NA if dacc is None else ("0.0 pt" if s is self.baseline else f"{100 * dacc:+.1f} pt"),
                    fmt_seconds(s.wall_s)]
+            if self.by_time:
+                row += self._time_cells(s)
             if one_off:
                 row += [fmt_seconds(s.one_off_s) if s.one_off_s is not None else "",
                         "" if s.break_even_epochs is None else _epochs(s.break_even_epochs)]
@@ -255,18 +317,37 @@ class Ablation(TableView):
             rows.append(row + [decision])
         notes = [f"{self.epochs} epochs per step; samples/s from the epochs after the first; wall: every epoch, "
                  f"the first (start-up, compiling) included" if self.epochs else "",
-                 f"kept = faster beyond the noise (and by at least 5%; 'interleaved': the two recipes' steps timed "
-                 f"in turn) and at least {self._floor_text()} accurate; % of ceiling = counted FLOPs x samples/s over this "
-                 f"machine's measured matmul peak in the step's precision",
+                 self._rule_text() + "; % of ceiling = counted FLOPs x samples/s over this machine's measured matmul "
+                 "peak in the step's precision",
                  "one-off = the first epoch's extra time over the recipe it changed (compiling, recording graphs); "
                  "pays back after = one-off / time saved per epoch at the steady gain" if one_off else "",
-                 f"final: {self.final.label} = {self.ratio_over_baseline:.1f}x the {self.baseline.label}",
+                 f"final: {self.final.label} = {self.ratio_over_baseline:.1f}x the {self.baseline.label}'s samples/s"
+                 + (f", {self.time_ratio_over_baseline:.1f}x its time to {self.accuracy_floor:.1%}"
+                    if self.by_time and self.time_ratio_over_baseline else ""),
                  self._energy_text(),
                  self._price_text()]
         if any(r[0].endswith(" *") for r in rows):
             notes.append("* spread above 10%: the machine was busy; a change is kept only if it gained more than "
                          "the spread")
         return header, rows, "; ".join(n for n in (*notes, *self.ceiling_notes, *self.notes) if n)
+
+    def _time_cells(self, s: AblationStep) -> list[str]:
+        t, k, ratio = self.time_to_target(s.label), s.epochs_to(self.accuracy_floor or 0.0), self.time_speedup(s.label)
+        if not s.epoch_accuracies or s.test_accuracy is None:
+            return [NA, NA]
+        if t is None:
+            return [f"not in {len(s.epoch_accuracies)} epochs", NA]
+        return [f"{fmt_seconds(t)} ({k} epoch{'s' if k != 1 else ''})", NA if ratio is None else f"{ratio:.2f}x"]
+
+    def _rule_text(self) -> str:
+        if not self.by_time:
+            return (f"kept = faster beyond the noise (and by at least 5%; 'interleaved': the two recipes' steps timed "
+                    f"in turn) and at least {self._floor_text()} accurate")
+        return (f"judged by time to accuracy: the target is {self._floor_text()}, read after each epoch; time to it = "
+                f"the epochs it took x a steady epoch (a one-off such as compiling is shown apart); kept = less time to "
+                f"the target than the recipe it changed, beyond the noise (and by at least 5%): its samples/s gain "
+                f"('interleaved': the two recipes' steps timed in turn) x the ratio of their epochs to the target; a "
+                f"change that had not reached it in the epochs given trained again with the epochs its gain could pay for")
 
     def _price_text(self) -> str:
         if self.price is None:
@@ -292,10 +373,11 @@ class Ablation(TableView):
         floor, accs = self.accuracy_floor, self.baseline.accuracies
         if floor is None:
             return f"within {100 * self.accuracy_tolerance:.1f} points of the {self.baseline.label}'s accuracy"
+        below = f"{100 * self.accuracy_tolerance:.1f} points below " if self.accuracy_tolerance else ""
         if len(accs) > 1:
-            return (f"{floor:.1%} ({100 * self.accuracy_tolerance:.1f} points below the lowest of the "
-                    f"{self.baseline.label}'s {len(accs)} seeds, {min(accs):.1%}-{max(accs):.1%})")
-        return f"{floor:.1%} ({100 * self.accuracy_tolerance:.1f} points below the {self.baseline.label})"
+            return (f"{floor:.1%} ({below}the lowest of the {self.baseline.label}'s {len(accs)} seeds, "
+                    f"{min(accs):.1%}-{max(accs):.1%})")
+        return f"{floor:.1%} ({below or 'that of '}the {self.baseline.label})"
 
     def plot(self, ax: Any = None) -> Any:
         """Speedup over the baseline per step (kept in blue, dropped in grey, branches hatched) and test accuracy.
@@ -314,10 +396,18 @@ class Ablation(TableView):
                 bar.set_hatch("//")
         ax[0].set_xscale("log")
         ax[0].axvline(1.0, color="k", lw=0.8, ls="--")
+        if self.by_time:                # time to the target over the baseline's, beside the samples/s bars
+            times = [self.time_speedup(s.label) or math.nan for s in shown]
+            ax[0].scatter(times, range(len(shown)), marker="D", color="k", s=22, zorder=3,
+                          label=f"less time to {self.accuracy_floor:.1%} (x)")
+            ax[0].legend(loc="lower right", fontsize=8)
         for y, v in enumerate(speed):
             if not math.isnan(v):
                 ax[0].annotate(f" {v:.1f}x", (v, y), va="center", fontsize=9)
-        ax[0].set_xlim(right=max([v for v in speed if not math.isnan(v)] + [1.0]) * 3)
+        top = [v for v in speed if not math.isnan(v)] + [1.0]
+        if self.by_time:
+            top += [t for t in (self.time_speedup(s.label) for s in shown) if t]
+        ax[0].set_xlim(right=max(top) * 3)
         ax[0].invert_yaxis()
         ax[0].set_xlabel(f"samples/s over the {self.baseline.label} (log scale; blue = kept)")
         ax[0].set_title(self.title, loc="left")

@@ -280,7 +280,8 @@ def train_recipe(recipe: Recipe, data: Digits, *, epochs: int = 3, device: Any =
                  run: Any = None, disk_root: str | Path | None = None) -> RecipeRun:
     """Train the seed's MLP on ``data`` for ``epochs`` epochs the way ``recipe`` says; return a
     :class:`RecipeRun`. Throughput comes from the epochs after the first (the device synchronised at each
-    epoch's end); test accuracy from the whole test set at the end.
+    epoch's end); test accuracy from the whole test set after each epoch (outside its clock), the last one's
+    is ``test_accuracy``.
 
     Pixels may be uint8 (0-255, divided by 255) or floats already in [0, 1] (used as they are); floats outside
     [0, 1] are a ``ValueError``. The same ``seed`` gives the same run, and the caller's random generators (torch,
@@ -337,6 +338,7 @@ def _train(t: _Trainer, data: Digits, epochs: int, run: Any) -> RecipeRun:
     chunks: list[tuple[float, ...]] = []
     chunk = max(1, batches.steps_per_epoch() // 4)
     losses: list[tuple[int, float]] = []
+    accuracies: list[float] = []                          # the test accuracy after each finished epoch
     step = per_epoch = 0
     diverged: int | None = None
     with _tf32(recipe, dev):
@@ -370,16 +372,18 @@ def _train(t: _Trainer, data: Digits, epochs: int, run: Any) -> RecipeRun:
                 break
             times.append(elapsed)
             per_epoch = seen
+            accuracies.append(_accuracy(run_model, data, dev, autocast))   # after the epoch's clock: not timed
             if epoch > 0:
                 chunks.append(tuple(quarters))
             if run is not None:
-                run.log_metrics({"epoch_time_s": times[-1], "samples_per_s": seen / times[-1]}, step=epoch)
+                run.log_metrics({"epoch_time_s": times[-1], "samples_per_s": seen / times[-1],
+                                 "epoch_test_accuracy": accuracies[-1]}, step=epoch)
             if not math.isfinite(float(loss.item())):     # after the timing: a read of a loss already computed
                 diverged = step
                 break
         if not losses or losses[-1][0] != step:
             losses.append((step, float(loss.item())))
-        accuracy = math.nan if diverged is not None else _accuracy(run_model, data, dev, autocast)
+        accuracy = math.nan if diverged is not None else accuracies[-1]
         # memory: the CUDA allocator's peak over the whole run; elsewhere what stays resident (weights,
         # optimizer state, data held on the device) plus what one more step allocates at its peak
         if cuda:
@@ -405,7 +409,8 @@ def _train(t: _Trainer, data: Digits, epochs: int, run: Any) -> RecipeRun:
     result = RecipeRun(recipe, str(dev), epochs, per_epoch or data.n_train, tuple(times), tuple(losses), accuracy, peak,
                        float(flops), method, tuple(chunks), notes=notes, diverged_at_step=diverged,
                        epoch_joules=tuple(e.joules for e in energies), energy_reason=unread,
-                       energy_source=next((e.source for e in energies if e.measured), ""))
+                       energy_source=next((e.source for e in energies if e.measured), ""),
+                       epoch_accuracies=tuple(accuracies))
     if run is not None:
         final = {"test_accuracy": accuracy, "samples_per_s_timed": result.samples_per_s,
                  **({"spread_pct": result.spread_pct} if result.spread_pct is not None else {})}

@@ -47,6 +47,12 @@ class RecipeRun:
     epoch_joules: tuple[float | None, ...] = ()   # each epoch's joules from the device's counter; None: unread
     energy_reason: str | None = None           # why there are no joules (None when there are)
     energy_source: str = ""                    # the counter the joules came from
+    epoch_accuracies: tuple[float, ...] = ()   # the test accuracy after each finished epoch (read outside its clock)
+
+    def epochs_to(self, target: float) -> int | None:
+        """How many epochs this run took to reach test accuracy ``target`` (read after each epoch); None if it never
+        did. See :meth:`course.AblationStep.epochs_to`."""
+        return next((i for i, a in enumerate(self.epoch_accuracies, 1) if a >= target), None)
 
     @property
     def timed_epoch_joules(self) -> tuple[float | None, ...]:

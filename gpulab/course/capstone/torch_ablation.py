@@ -18,7 +18,7 @@ from typing import Any, Mapping
 from ..._check import checked, device_arg, flag, mapping, nbytes, positive, whole
 from ...interleaved import threads
 from .ablation import Ablation, Change, ablate
-from .ablation_table import _fraction
+from .ablation_table import JUDGES, _fraction
 from .recipe import Recipe, _tf32, keep_rng, train_recipe
 from .data import features
 from .digits import Digits
@@ -210,13 +210,18 @@ def _ceiling(dev: Any) -> Any:
 @checked(device="device", accuracy_seeds="count0")
 def torch_ablation(data: Digits, *, epochs: int = 3, device: Any = None, batch_size: int = 256,
                    compile_on_cpu: bool = False, track: Mapping[str, Any] | None = None,
-                   accuracy_tolerance: float = 0.01, budget: int | None = None,
+                   accuracy_tolerance: float | None = None, budget: int | None = None,
                    disk_images: int | None = 6000, compare_s: float = 0.6, accuracy_seeds: int = 2,
-                   price_per_hour: Any = None) -> Ablation:
-    """Train the seed loop, then each of :func:`torch_changes` in turn, all for ``epochs`` epochs on ``data``;
-    keep a change when it is faster beyond the noise and at least as accurate as the seed loop's accuracy floor:
-    the lowest test accuracy the seed loop reached over its own seed and ``accuracy_seeds`` more (trained with whole
-    tensors: the same math, seconds each), less ``accuracy_tolerance``.
+                   price_per_hour: Any = None, judge: str = "time to accuracy", max_epochs: int | None = None) -> Ablation:
+    """Train the seed loop, then each of :func:`torch_changes` in turn on ``data``. Its target is the seed loop's
+    accuracy after ``epochs`` epochs: the lowest test accuracy it reached over its own seed and ``accuracy_seeds``
+    more (trained with whole tensors: the same math, seconds each), less ``accuracy_tolerance`` (default 0 when
+    judged by time, 0.01 by throughput).
+
+    ``judge="time to accuracy"`` (the default) keeps a change that reaches the target in less training time than
+    the recipe it changed (:func:`course.ablate`): a larger batch that needs more epochs trains again with the
+    epochs its gain can pay for (at most ``max_epochs``, default 3 x ``epochs``). ``judge="throughput"`` trains every
+    change for ``epochs`` and keeps it when faster beyond the noise and at the target.
 
     ``compare_s``: seconds of interleaved steps behind each keep-or-drop decision (:func:`interleaved_gain`;
     0 compares the epochs' own throughputs instead). ``disk_images``: how many training images the "data on disk" branch reads as files (timed over 2 epochs).
@@ -232,7 +237,13 @@ def torch_ablation(data: Digits, *, epochs: int = 3, device: Any = None, batch_s
     if not isinstance(data, Digits):              # every argument fails here, before minutes of training
         raise TypeError(f"data must be course.digits(...), got {type(data).__name__} {data!r:.60}")
     whole("epochs", epochs), whole("batch_size", batch_size), flag("compile_on_cpu", compile_on_cpu)
+    if judge not in JUDGES:
+        raise ValueError(f"judge must be one of {JUDGES}, got {judge!r}")
+    if accuracy_tolerance is None:
+        accuracy_tolerance = 0.0 if judge == "time to accuracy" else 0.01
     _fraction("accuracy_tolerance", accuracy_tolerance), whole("accuracy_seeds", accuracy_seeds, low=0)
+    if max_epochs is not None:
+        whole("max_epochs", max_epochs, low=epochs)
     positive("compare_s", compare_s, allow_zero=True, unit="seconds (0: no interleaved timing)")
     if budget is not None:
         nbytes("budget", budget, low=1)
@@ -246,7 +257,7 @@ def torch_ablation(data: Digits, *, epochs: int = 3, device: Any = None, batch_s
     changes = torch_changes(data, device=dev, batch_size=batch_size, compile_on_cpu=compile_on_cpu, budget=budget)
     disk = data.take(disk_images) if disk_images and disk_images < data.n_train else data
 
-    def train(recipe: Recipe, run: Any) -> Any:
+    def train(recipe: Recipe, run: Any, epochs: int = epochs) -> Any:
         if recipe.data != "disk":
             return train_recipe(recipe, data, epochs=epochs, device=dev, run=run)
         # reading image files is slow: time two epochs of a subset; its accuracy is not comparable, so not shown
@@ -268,7 +279,8 @@ def torch_ablation(data: Digits, *, epochs: int = 3, device: Any = None, batch_s
                    params=Recipe.params, ceiling=_ceiling(dev), compare=compare if compare_s else None,
                    title=f"PyTorch: the seed loop, one change at a time ({dev.type})",
                    accuracy_tolerance=accuracy_tolerance, track=track, device=str(dev), epochs=epochs,
-                   rerun=rerun if accuracy_seeds else None, accuracy_seeds=accuracy_seeds, price_per_hour=price_per_hour)
+                   rerun=rerun if accuracy_seeds else None, accuracy_seeds=accuracy_seeds, price_per_hour=price_per_hour,
+                   judge=judge, max_epochs=max_epochs)
     notes = [f"{data.n_train:,} training images ({data.source}), test accuracy on {data.n_test:,}"]
     if disk is not data:
         notes.append(f"the disk branch is timed on {disk.n_train:,} image files over 2 epochs")

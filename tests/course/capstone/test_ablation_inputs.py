@@ -110,7 +110,8 @@ def test_the_ablation_drivers_check_every_argument_before_training(digits):
                       (dict(compile_on_cpu="yes"), "compile_on_cpu"), (dict(accuracy_tolerance=5), "accuracy_tolerance"),
                       (dict(budget="1GiB"), "budget"), (dict(disk_images=0), "disk_images"),
                       (dict(compare_s=math.inf), "compare_s"), (dict(accuracy_seeds=-1), "accuracy_seeds"),
-                      (dict(track="runs"), "track"), (dict(device="tpu"), "device")]:
+                      (dict(track="runs"), "track"), (dict(device="tpu"), "device"), (dict(judge="loss"), "judge"),
+                      (dict(max_epochs=2), "max_epochs")]:
         with pytest.raises((TypeError, ValueError), match=match):
             course.torch_ablation(**{"data": digits, **kw})
     for kw, match in [(dict(batch_size=0), "batch_size"), (dict(accuracy_tolerance=1.0), "accuracy_tolerance"),
