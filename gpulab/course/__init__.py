@@ -112,8 +112,8 @@ from .transformers.levers import LeverBound, LeverBounds, LeverGains, lever_boun
 from .transformers.activations import ActivationMemory, activation_memory
 from .transformers.generation import GenerationRow, GenerationSpeed, generation_speed
 from .transformers.challenge import gpt_challenge
-from .transformers.train import (GPTRecipe, GPTRun, gpt_ablation, gpt_changes, gpt_stepper, micro_batches_that_fit,
-                                 train_gpt)
+from .transformers.train import GPTRecipe, GPTRun, gpt_stepper, train_gpt
+from .transformers.lever_ablation import gpt_ablation, gpt_changes, micro_batches_that_fit
 from .machine.energy import (EnergyExample, PowerContrast, check_energy_reading, example_energy_trace,
                              power_contrast)
 

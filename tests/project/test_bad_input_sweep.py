@@ -54,7 +54,8 @@ def test_each_valid_call_of_the_sweep_works_and_leaves_the_process_as_it_found_i
 
 # the modules whose every public call is swept, beyond gpulab's face
 MODULES = ("tracking", "compiling", "kernels", "limits", "streams", "profiling", "course.capstone.recipe",
-           "course.capstone.ablation", "course.transformers.gpt", "course.transformers.train", "course.transformers.challenge",
+           "course.capstone.ablation", "course.transformers.gpt", "course.transformers.train", "course.transformers.lever_ablation",
+           "course.transformers.challenge",
            "course.transformers.generation", "attention")
 NOT_CALLS = {"compiled_graphs", "forget_limits", "cuda_build_support", "seed_model",   # no arguments to get wrong
              "TrackedRun", "RunTable", "UICommands", "CompileReport", "Exported", "GraphBreaks", "OnnxModel",

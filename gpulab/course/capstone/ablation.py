@@ -373,22 +373,24 @@ def ablate(train: Callable[[Any, Any], Any], baseline: Any, changes: Sequence[Ch
             got = measure(label, candidate, "dropped", trained)
             side = compare(recipe, candidate) if compare is not None else None
             paired = _paired(side, label) if side is not None else None     # None: not comparable side by side
-            rate = paired[0] if paired is not None else got.samples_per_s / current.samples_per_s
+            time_gain = None
             if by_time:
                 keep, gain, why, more = _decide_time(current, got, floor, min_gain, paired, max_epochs)
                 if more:                       # short of the target, but fast enough that more epochs could pay
                     got = measure(label, candidate, "dropped", more)
                     keep, gain, why, _ = _decide_time(current, got, floor, min_gain, paired, more)
                     why = f"trained again for {more} epochs: {why}"
+                time_gain = gain if got.epochs_to(floor) is not None and math.isfinite(gain) else None
             else:
                 keep, gain, why = _decide(current, got, floor, min_gain, paired)
+            gain = paired[0] if paired is not None else got.samples_per_s / current.samples_per_s   # samples/s
             if change.one_off:
-                got = _one_off(current, got, rate)
+                got = _one_off(current, got, gain)
                 if got.one_off_s is not None:
                     why += f"; one-off {got.one_off_s:.3g} s, " + (
                         "never paid back" if math.isinf(got.break_even_epochs) else
                         f"paid back after {_epochs(got.break_even_epochs)}")
-            steps.append(replace(got, decision="kept" if keep else "dropped", reason=why, gain=gain))
+            steps.append(replace(got, decision="kept" if keep else "dropped", reason=why, gain=gain, time_gain=time_gain))
             if keep:
                 current, recipe = steps[-1], candidate
                 break

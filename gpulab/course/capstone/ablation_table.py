@@ -79,6 +79,7 @@ class AblationStep:
     ceiling_flops: float | None = None
     run_id: str | None = None
     gain: float | None = None        # samples/s over the recipe the change was applied to
+    time_gain: float | None = None   # judged by time: that recipe's time to the target over this one's
     accuracies: tuple[float, ...] = ()   # the baseline's test accuracy over its seeds (its run-to-run spread)
     epoch_times_s: tuple[float, ...] = ()   # every epoch's wall time, the first (start-up, compiling) included
     one_off_s: float | None = None       # a one-off change: its first epoch's extra over the recipe it changed
@@ -272,7 +273,8 @@ class Ablation(TableView):
         rows = [{"step": s.label, "recipe": s.recipe, "decision": s.decision, "reason": s.reason,
                  "samples_per_s": s.samples_per_s, "spread_pct": s.spread_pct, "speedup": self.speedup(s.label),
                  "achieved_flops": s.achieved_flops, "ceiling_dtype": s.ceiling_dtype,
-                 "share_of_ceiling": self.share_of_ceiling(s.label), "gain": s.gain, "peak_memory_bytes": s.peak_memory_bytes,
+                 "share_of_ceiling": self.share_of_ceiling(s.label), "gain": s.gain, "time_gain": s.time_gain,
+                 "peak_memory_bytes": s.peak_memory_bytes,
                  "test_accuracy": s.test_accuracy, "accuracy_vs_baseline": self.accuracy_vs_baseline(s.label),
                  "wall_s": s.wall_s, "one_off_s": s.one_off_s, "break_even_epochs": s.break_even_epochs,
                  "epochs_to_target": s.epochs_to(self.accuracy_floor) if self.accuracy_floor is not None else None,

@@ -9,9 +9,11 @@ import math
 import pytest
 import torch
 
+from gpulab.course.transformers import lever_ablation
 from gpulab.course.transformers import train as gpt_train
 from gpulab.course.transformers.gpt import gpt, text_tokens, token_batch
-from gpulab.course.transformers.train import GPTRecipe, gpt_ablation, gpt_changes, train_gpt
+from gpulab.course.transformers.lever_ablation import gpt_ablation, gpt_changes
+from gpulab.course.transformers.train import GPTRecipe, train_gpt
 from gpulab.transformer import TransformerShape
 
 SHAPE = TransformerShape(layers=1, d_model=32, heads=2, seq_len=32, vocab=256)
@@ -19,6 +21,7 @@ SHAPE = TransformerShape(layers=1, d_model=32, heads=2, seq_len=32, vocab=256)
 
 def test_doctests():
     assert doctest.testmod(gpt_train, optionflags=doctest.ELLIPSIS).failed == 0
+    assert doctest.testmod(lever_ablation, optionflags=doctest.ELLIPSIS).failed == 0
 
 
 @pytest.mark.parametrize("bad", [dict(precision="fp8"), dict(micro_batch=0), dict(accumulation=1.5), dict(lr=0),
@@ -93,9 +96,9 @@ def test_the_levers_follow_the_device():
     assert gpt_changes(SHAPE, device="cpu", compile_on_cpu=True)[2].available
     assert changes["accumulation x4 (memory)"].branch and changes["activation checkpointing (memory)"].branch
     fits = {8: 100.0, 16: 150.0, 32: 200.0}
-    gpt_train_fits = gpt_train.micro_batches_that_fit
+    gpt_train_fits = lever_ablation.micro_batches_that_fit
     try:
-        gpt_train.micro_batches_that_fit = lambda shape, r, device=None: fits
+        lever_ablation.micro_batches_that_fit = lambda shape, r, device=None: fits
         options = changes["largest micro-batch"].fields(GPTRecipe(micro_batch=8))
         assert [o[1]["micro_batch"] for o in options] == [32, 16]              # the fastest first
         assert options[0][1]["lr"] == pytest.approx(GPTRecipe(micro_batch=8).lr * 2)   # the square-root rule: x sqrt(4)
@@ -103,7 +106,7 @@ def test_the_levers_follow_the_device():
         fits.update({16: 103.0, 32: 90.0})                                      # none faster by 5%: nothing to try
         assert changes["largest micro-batch"].fields(GPTRecipe(micro_batch=8)) == []
     finally:
-        gpt_train.micro_batches_that_fit = gpt_train_fits
+        lever_ablation.micro_batches_that_fit = gpt_train_fits
     assert changes["accumulation x4 (memory)"].fields(GPTRecipe(micro_batch=8)) == {"micro_batch": 2, "accumulation": 4}
 
 
@@ -147,6 +150,46 @@ def test_the_ablation_keeps_drops_and_branches_after_the_same_tokens():
     kept = [s for s in table.steps if s.decision == "kept"]
     assert all(s.test_accuracy >= table.accuracy_floor - 1e-9 for s in kept), table          # the keep rule
     assert "tokens" in " ".join(table.notes) and "held-out" in " ".join(table.notes)
+
+
+def _unigram(beaten: bool):
+    from types import SimpleNamespace as NS
+
+    return lambda: NS(accuracy=0.15, beaten_by=lambda a, margin=0.02: beaten)
+
+
+def test_the_ablation_judges_by_time_to_the_baselines_accuracy_once_the_baseline_learned(monkeypatch):
+    trained = []
+    real = lever_ablation.train_gpt
+    monkeypatch.setattr(lever_ablation, "train_gpt", lambda shape, r, **kw: trained.append((r, kw["steps"])) or real(
+        shape, r, **kw))
+    monkeypatch.setattr(lever_ablation, "unigram_baseline", _unigram(True))
+    base = GPTRecipe(micro_batch=2)
+    table = gpt_ablation(SHAPE, tokens=4096, baseline=base, device="cpu", accuracy_seeds=0, compare_s=0.1)
+    assert table.by_time and table.accuracy_floor == table.baseline.test_accuracy      # tolerance 0 by time
+    assert [r for r, _ in trained].count(base) == 1           # the baseline's run that chose the judging is reused
+    assert len(table.baseline.epoch_accuracies) == 4 and table.baseline.epoch_accuracies[-1] == table.baseline.test_accuracy
+    for s in table.steps:
+        assert s.decision != "kept" or s.epochs_to(table.accuracy_floor) is not None
+    assert "time to" in repr(table) and "4 epochs of a quarter each" in " ".join(table.notes)
+
+
+def test_the_ablation_judges_by_throughput_when_the_baseline_learned_nothing(monkeypatch):
+    monkeypatch.setattr(lever_ablation, "unigram_baseline", _unigram(False))
+    table = gpt_ablation(SHAPE, tokens=4096, device="cpu", accuracy_seeds=0, compare_s=0.1)
+    assert not table.by_time and "judged by throughput at the floor instead" in " ".join(table.notes)
+    with pytest.raises(ValueError, match="max_epochs"):
+        gpt_ablation(SHAPE, tokens=4096, device="cpu", judge="throughput", max_epochs=8)
+    with pytest.raises(ValueError, match="judge"):
+        gpt_ablation(SHAPE, tokens=4096, device="cpu", judge="loss")
+
+
+def test_train_gpt_reads_the_held_out_accuracy_after_each_part():
+    run = train_gpt(SHAPE, GPTRecipe(micro_batch=2), steps=6, parts=3, eval_windows=2, device="cpu")
+    assert len(run.epoch_accuracies) == len(run.epoch_times_s) == 3 and run.epoch_accuracies[-1] == run.test_accuracy
+    assert len(train_gpt(SHAPE, GPTRecipe(micro_batch=2), steps=2, eval_windows=2, device="cpu").epoch_accuracies) == 2
+    with pytest.raises(ValueError, match="parts=5 is more than steps=4"):
+        train_gpt(SHAPE, GPTRecipe(micro_batch=2), steps=4, parts=5, device="cpu")
 
 
 def test_a_comparison_that_runs_out_of_memory_leaves_the_decision_to_the_runs(monkeypatch):
@@ -195,7 +238,7 @@ def test_the_challenge_counts_tokens_and_holds_accuracy(monkeypatch):
 
 
 def test_the_micro_batches_that_fit_are_timed():
-    fits = gpt_train.micro_batches_that_fit(SHAPE, GPTRecipe(micro_batch=2), device="cpu")
+    fits = lever_ablation.micro_batches_that_fit(SHAPE, GPTRecipe(micro_batch=2), device="cpu")
     assert sorted(fits) == [2, 4, 8] and all(v > 0 for v in fits.values())      # up to 4x, all within a T4's memory
 
 
@@ -207,11 +250,12 @@ def test_a_micro_batch_fits_only_with_room_for_the_recipe_it_is_timed_beside(mon
     from gpulab.reference import gpu_spec
 
     t4 = gpu_spec("T4").memory_bytes
-    assert gpt_train._copies_beside(torch.device("cpu")) == 2 and gpt_train._copies_beside(torch.device("cuda")) == 1
+    beside = lever_ablation._copies_beside
+    assert beside(torch.device("cpu")) == 2 and beside(torch.device("cuda")) == 1
     monkeypatch.setattr(runs, "_resident_bytes", lambda *a: int(0.45 * t4))    # two such copies fill 90% of the card
-    assert gpt_train.micro_batches_that_fit(SHAPE, GPTRecipe(micro_batch=2), device="cpu") == {}
+    assert lever_ablation.micro_batches_that_fit(SHAPE, GPTRecipe(micro_batch=2), device="cpu") == {}
     monkeypatch.setattr(runs, "_resident_bytes", lambda *a: int(0.40 * t4))    # room left: 10% of the card
-    assert sorted(gpt_train.micro_batches_that_fit(SHAPE, GPTRecipe(micro_batch=2), device="cpu")) == [2, 4, 8]
+    assert sorted(lever_ablation.micro_batches_that_fit(SHAPE, GPTRecipe(micro_batch=2), device="cpu")) == [2, 4, 8]
 
 
 # ---- bad input: refused before any work, naming the argument -------------------------------------------------------
@@ -297,7 +341,7 @@ def test_a_context_longer_than_the_text_is_refused_before_training(monkeypatch):
     (lambda: gpt_ablation(SHAPE, accuracy_tolerance=1.0, device="cpu"), "accuracy_tolerance"),
     (lambda: gpt_ablation(SHAPE, price_per_hour="no-such-price", device="cpu"), "price_per_hour"),
     (lambda: gpt_ablation(SHAPE, track=["x"], device="cpu"), "track"),
-    (lambda: gpt_train.micro_batches_that_fit(SHAPE, GPTRecipe(), device="cpu", up_to=0), "up_to")])
+    (lambda: lever_ablation.micro_batches_that_fit(SHAPE, GPTRecipe(), device="cpu", up_to=0), "up_to")])
 def test_bad_arguments_are_refused_by_name_before_any_work(monkeypatch, call, match):
     _no_work(monkeypatch)
     with pytest.raises((TypeError, ValueError), match=match):

@@ -9,7 +9,7 @@ import pytest
 
 from gpulab import course
 from gpulab.course.transformers.heldout import split_text
-from gpulab.course.transformers.train import _ablation_notes
+from gpulab.course.transformers.lever_ablation import _ablation_notes
 
 
 def test_the_unigram_floor_is_the_training_texts_byte_frequencies_on_the_held_out_tenth():
