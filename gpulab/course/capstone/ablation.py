@@ -46,7 +46,9 @@ class Change:
     final recipe without keeping it; ``one_off=True`` says it pays a one-off cost in its first epoch (compiling,
     recording graphs), which the table sets against its gain per epoch. ``retry_of``: the label of an earlier change
     this one tries again (a second pass), only if that one was dropped and a change kept since has changed the
-    recipe (a 16-bit format dropped at a small batch may pay at the batch reached later)."""
+    recipe (a 16-bit format dropped at a small batch may pay at the batch reached later). ``updates=True``: the change
+    alters the training updates (batch size, learning rate, schedule), so the accuracy curve: judged by time to
+    accuracy, it is timed to the target itself; a change that leaves them alone keeps its recipe's epochs to it."""
 
     label: str
     fields: Mapping[str, Any] | Callable[[Any], Mapping[str, Any]]
@@ -56,6 +58,7 @@ class Change:
     branch: bool = False
     one_off: bool = False
     retry_of: str = ""
+    updates: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.label, str) or not self.label.strip():
@@ -69,6 +72,7 @@ class Change:
         flag("branch", self.branch)
         flag("one_off", self.one_off)
         text("retry_of", self.retry_of)
+        flag("updates", self.updates)
         if isinstance(self.fields, Mapping) and (self.fields or self.available):
             _fields(f"fields of {self.label!r}", self.fields)
         elif callable(self.fields):
@@ -157,9 +161,9 @@ def _decide(current: AblationStep, got: AblationStep, floor: float | None, min_g
 
 
 def _decide_time(current: AblationStep, got: AblationStep, target: float, min_gain: float,
-                 paired: tuple[float, float] | None, budget: int) -> tuple[bool, float, str, int]:
+                 paired: tuple[float, float] | None, budget: int, k_cur: int) -> tuple[bool, float, str, int]:
     """Keep or drop by time to accuracy: the samples/s gain (``paired`` when given, as :func:`_decide`) x the
-    ratio of the epochs the two recipes took to reach ``target``. Returns (keep, time gain, why, epochs to train it
+    ratio of the epochs the two recipes took to reach ``target`` (``k_cur``: the current recipe's). Returns (keep, time gain, why, epochs to train it
     again with): a change still short of the target after its epochs, fast enough that more of them could still
     save time, is trained again with as many as its gain pays for (at most ``budget``); 0 when decided."""
     keep, rate, why = _decide(current, got, None, min_gain, paired)
@@ -169,7 +173,6 @@ def _decide_time(current: AblationStep, got: AblationStep, target: float, min_ga
     noise = max(min_gain, paired[1] / 100) if paired is not None else max(
         min_gain, (current.spread_pct or 0) / 100, (got.spread_pct or 0) / 100)
     k, n = got.epochs_to(target), len(got.epoch_accuracies)
-    k_cur = current.epochs_to(target) or len(current.epoch_accuracies)    # a kept recipe reached it: never the or
     if k is None:
         affordable = math.ceil(rate * k_cur / (1 + noise)) - 1     # the most epochs at which it still saves time
         if min(budget, affordable) > n:
@@ -221,11 +224,14 @@ def ablate(train: Callable[[Any, Any], Any], baseline: Any, changes: Sequence[Ch
     measured throughput. Where ``train``'s result has ``joules_per_sample`` (and ``energy_source`` or
     ``energy_reason``), the table shows it, or "not measurable" with the reason.
 
-    ``judge="time to accuracy"`` (airbench's rule: what a user waits for the same accuracy) keeps a change when it
-    reaches the accuracy floor in less training time than the recipe it changed: ``train``'s result then needs
-    ``epoch_accuracies`` (the test accuracy after each epoch) and ``train`` an ``epochs`` keyword; a change faster
-    per sample that has not reached the floor in ``epochs`` trains again with the epochs its gain can pay for, at
-    most ``max_epochs`` (default 3 x ``epochs``), so a larger batch that needs more epochs is judged by its time.
+    ``judge="time to accuracy"`` (airbench's rule: what a user waits for the same accuracy) sets the target at the
+    lowest accuracy of the baseline's seeds; ``train``'s result then needs ``epoch_accuracies`` (the test accuracy
+    after each epoch) and ``train`` an ``epochs`` keyword. A change to the updates (``Change(updates=True)``: batch
+    size, learning rate) is kept when it reaches the target in less training time than the recipe it changed; one
+    faster per sample that has not reached it trains again with the epochs its gain can pay for, at most
+    ``max_epochs`` (default 3 x ``epochs``), so a larger batch that needs more epochs is judged by its time. A change
+    that leaves the updates alone trains the same curve: it keeps the epochs of the recipe it changed and is judged
+    by samples/s at the accuracy floor (a noisy accuracy curve cannot make it look faster or slower).
     """
     if not callable(train):
         raise TypeError(f"train must be a function (recipe, run) -> result, got {train!r}")
@@ -339,9 +345,13 @@ def ablate(train: Callable[[Any, Any], Any], baseline: Any, changes: Sequence[Ch
         current = replace(current, accuracies=(current.test_accuracy, *(float(a) for a in again
                                                                          if a is not None and math.isfinite(a))))
     floor = current.accuracy_floor(accuracy_tolerance)
-    if by_time and (floor is None or current.epochs_to(floor) is None):
-        raise ValueError(f"the baseline {baseline_label!r} never reached its own accuracy floor ({floor}) in its epoch "
-                         f"accuracies {current.epoch_accuracies}: train's test_accuracy must be its last epoch's")
+    target = current.accuracy_floor(0.0)          # judged by time: the lowest accuracy of the baseline's seeds
+    if by_time:
+        k_base = None if target is None else current.epochs_to(target)
+        if k_base is None:
+            raise ValueError(f"the baseline {baseline_label!r} never reached its own accuracy ({target}) in its epoch "
+                             f"accuracies {current.epoch_accuracies}: train's test_accuracy must be its last epoch's")
+        current = replace(current, target_epochs=k_base)
     recipe = baseline
     steps = [current]
     branches = []
@@ -369,20 +379,24 @@ def ablate(train: Callable[[Any, Any], Any], baseline: Any, changes: Sequence[Ch
             steps.append(AblationStep(change.label, "", {}, "not tried", change.why_not or "nothing to try"))
         for label, f in options:
             candidate = _applied(apply, recipe, f, label)
-            trained = max(epochs, current.epochs_to(floor)) if by_time else None   # at least what the current took
+            k_cur = current.target_epochs
+            trained = max(epochs, k_cur) if by_time else None      # at least the epochs the current recipe takes
             got = measure(label, candidate, "dropped", trained)
             side = compare(recipe, candidate) if compare is not None else None
             paired = _paired(side, label) if side is not None else None     # None: not comparable side by side
-            time_gain = None
-            if by_time:
-                keep, gain, why, more = _decide_time(current, got, floor, min_gain, paired, max_epochs)
+            timing: dict[str, Any] = {}
+            if by_time and change.updates:     # a new accuracy curve: timed to the target
+                keep, gain, why, more = _decide_time(current, got, target, min_gain, paired, max_epochs, k_cur)
                 if more:                       # short of the target, but fast enough that more epochs could pay
                     got = measure(label, candidate, "dropped", more)
-                    keep, gain, why, _ = _decide_time(current, got, floor, min_gain, paired, more)
+                    keep, gain, why, _ = _decide_time(current, got, target, min_gain, paired, more, k_cur)
                     why = f"trained again for {more} epochs: {why}"
-                time_gain = gain if got.epochs_to(floor) is not None and math.isfinite(gain) else None
-            else:
+                reached = got.epochs_to(target)
+                timing = {"target_epochs": reached, "time_gain": gain if reached and math.isfinite(gain) else None}
+            else:                              # the same updates (or judged by throughput): samples/s at the floor
                 keep, gain, why = _decide(current, got, floor, min_gain, paired)
+                if by_time:
+                    timing = {"target_epochs": k_cur, "same_updates": True, "time_gain": gain}
             gain = paired[0] if paired is not None else got.samples_per_s / current.samples_per_s   # samples/s
             if change.one_off:
                 got = _one_off(current, got, gain)
@@ -390,7 +404,7 @@ def ablate(train: Callable[[Any, Any], Any], baseline: Any, changes: Sequence[Ch
                     why += f"; one-off {got.one_off_s:.3g} s, " + (
                         "never paid back" if math.isinf(got.break_even_epochs) else
                         f"paid back after {_epochs(got.break_even_epochs)}")
-            steps.append(replace(got, decision="kept" if keep else "dropped", reason=why, gain=gain, time_gain=time_gain))
+            steps.append(replace(got, decision="kept" if keep else "dropped", reason=why, gain=gain, **timing))
             if keep:
                 current, recipe = steps[-1], candidate
                 break

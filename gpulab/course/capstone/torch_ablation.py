@@ -131,7 +131,7 @@ def torch_changes(data: Digits, *, device: Any = None, batch_size: int = 256, co
                lambda r: {"batch_size": batch_size, "lr": scale_lr(r.lr, r.batch_size, batch_size, rule="linear"),
                           "schedule": "cosine"},
                why="fewer, larger steps; the learning rate scaled with the batch (Goyal et al. 2017), reached by a "
-                   "warm-up and decayed to zero, so the fewer updates still reach the seed's accuracy"),
+                   "warm-up and decayed to zero, so the fewer updates still reach the seed's accuracy", updates=True),
         Change("whole tensors, no per-sample transform", {"data": "host"},
                why="convert the data set once instead of one PIL image and ToTensor per sample"),
         Change("pinned memory, non_blocking copies", {"pin_memory": True}, available=cuda,
@@ -151,7 +151,7 @@ def torch_changes(data: Digits, *, device: Any = None, batch_size: int = 256, co
                available=cuda, one_off=True,
                why="each step's kernels recorded once and replayed with one launch (lesson 10)",
                why_not="CUDA graphs record GPU kernel launches: a CUDA GPU only"),
-        Change("larger batch that fits", bigger,
+        Change("larger batch that fits", bigger, updates=True,
                why="find_max_batch_size times the sizes that fit; the faster ones are tried, fastest first",
                why_not="no batch that fits ran faster than the current one in the search"),
         *_second_pass(low, tf32_supported(dev)),
@@ -210,18 +210,19 @@ def _ceiling(dev: Any) -> Any:
 @checked(device="device", accuracy_seeds="count0")
 def torch_ablation(data: Digits, *, epochs: int = 3, device: Any = None, batch_size: int = 256,
                    compile_on_cpu: bool = False, track: Mapping[str, Any] | None = None,
-                   accuracy_tolerance: float | None = None, budget: int | None = None,
+                   accuracy_tolerance: float = 0.01, budget: int | None = None,
                    disk_images: int | None = 6000, compare_s: float = 0.6, accuracy_seeds: int = 2,
                    price_per_hour: Any = None, judge: str = "time to accuracy", max_epochs: int | None = None) -> Ablation:
-    """Train the seed loop, then each of :func:`torch_changes` in turn on ``data``. Its target is the seed loop's
-    accuracy after ``epochs`` epochs: the lowest test accuracy it reached over its own seed and ``accuracy_seeds``
-    more (trained with whole tensors: the same math, seconds each), less ``accuracy_tolerance`` (default 0 when
-    judged by time, 0.01 by throughput).
+    """Train the seed loop, then each of :func:`torch_changes` in turn on ``data``. Its accuracy after ``epochs``
+    epochs is measured over its own seed and ``accuracy_seeds`` more (trained with whole tensors: the same math,
+    seconds each): the lowest is the *target*, that less ``accuracy_tolerance`` the *floor*.
 
-    ``judge="time to accuracy"`` (the default) keeps a change that reaches the target in less training time than
-    the recipe it changed (:func:`course.ablate`): a larger batch that needs more epochs trains again with the
-    epochs its gain can pay for (at most ``max_epochs``, default 3 x ``epochs``). ``judge="throughput"`` trains every
-    change for ``epochs`` and keeps it when faster beyond the noise and at the target.
+    ``judge="time to accuracy"`` (the default, :func:`course.ablate`): a change to the updates (the batch size with
+    its learning rate) is kept when it reaches the target in less training time than the recipe it changed, and one
+    that needs more epochs trains again with those its gain can pay for (at most ``max_epochs``, default 3 x
+    ``epochs``); a change that leaves the updates alone is kept when faster beyond the noise and at the floor.
+    ``judge="throughput"`` trains every change for ``epochs`` and keeps it when faster beyond the noise and at the
+    floor.
 
     ``compare_s``: seconds of interleaved steps behind each keep-or-drop decision (:func:`interleaved_gain`;
     0 compares the epochs' own throughputs instead). ``disk_images``: how many training images the "data on disk" branch reads as files (timed over 2 epochs).
@@ -239,8 +240,6 @@ def torch_ablation(data: Digits, *, epochs: int = 3, device: Any = None, batch_s
     whole("epochs", epochs), whole("batch_size", batch_size), flag("compile_on_cpu", compile_on_cpu)
     if judge not in JUDGES:
         raise ValueError(f"judge must be one of {JUDGES}, got {judge!r}")
-    if accuracy_tolerance is None:
-        accuracy_tolerance = 0.0 if judge == "time to accuracy" else 0.01
     _fraction("accuracy_tolerance", accuracy_tolerance), whole("accuracy_seeds", accuracy_seeds, low=0)
     if max_epochs is not None:
         whole("max_epochs", max_epochs, low=epochs)

@@ -22,7 +22,7 @@ def _train(recipe, run, epochs=3):
 
 
 BASE = {"rate": 100.0, "curve": (0.90, 0.95, 0.97)}
-NEEDS_5 = course.Change("3x, needs 5 epochs", {"rate": 300.0, "curve": (0.80, 0.90, 0.93, 0.96, 0.975)})
+NEEDS_5 = course.Change("3x, needs 5 epochs", {"rate": 300.0, "curve": (0.80, 0.90, 0.93, 0.96, 0.975)}, updates=True)
 apply = lambda r, f: {**r, **f}  # noqa: E731
 
 
@@ -48,7 +48,7 @@ def test_the_retrain_gives_only_the_epochs_its_gain_can_pay_for():
         seen.append(epochs)
         return _train(recipe, run, epochs)
 
-    slow_learner = course.Change("1.5x, never there", {"rate": 150.0, "curve": (0.5,)})
+    slow_learner = course.Change("1.5x, never there", {"rate": 150.0, "curve": (0.5,)}, updates=True)
     t = course.ablate(train, BASE, [slow_learner], apply=apply, epochs=3, judge="time to accuracy",
                       accuracy_tolerance=0.0)
     # the seed loop, the change, its retrain: at 1.5x it saves time only in under 1.5 x 3 / 1.05 = 4.3 epochs, so
@@ -56,12 +56,12 @@ def test_the_retrain_gives_only_the_epochs_its_gain_can_pay_for():
     assert seen == [3, 3, 4] and t.step(slow_learner.label).decision == "dropped"
     assert "below 97.0% after 4 epochs" in t.step(slow_learner.label).reason
     seen.clear()
-    fast = course.Change("10x, never there", {"rate": 1000.0, "curve": (0.5,)})
+    fast = course.Change("10x, never there", {"rate": 1000.0, "curve": (0.5,)}, updates=True)
     course.ablate(train, BASE, [fast], apply=apply, epochs=3, judge="time to accuracy", accuracy_tolerance=0.0,
                   max_epochs=5)
     assert seen == [3, 3, 5]               # its gain could pay for 28 epochs: held to max_epochs
     seen.clear()
-    barely = course.Change("1.04x", {"rate": 104.0, "curve": (0.5,)})
+    barely = course.Change("1.04x", {"rate": 104.0, "curve": (0.5,)}, updates=True)
     t = course.ablate(train, BASE, [barely], apply=apply, epochs=3, judge="time to accuracy", accuracy_tolerance=0.0)
     assert seen == [3, 3] and "would save time" in t.step("1.04x").reason   # no epoch count could pay: not retrained
 
@@ -76,12 +76,28 @@ def test_later_changes_train_as_long_as_the_recipe_they_change_took():
     faster = course.Change("fused", lambda r: {"rate": r["rate"] * 1.3})
     t = course.ablate(train, BASE, [NEEDS_5, faster], apply=apply, epochs=3, judge="time to accuracy",
                       accuracy_tolerance=0.0)
-    assert seen[-1] == 5 and t.step("fused").decision == "kept" and "x 5/5 epochs" in t.step("fused").reason
+    fused = t.step("fused")          # the same updates: the 5 epochs of the recipe it changed, judged by samples/s
+    assert seen[-1] == 5 and fused.decision == "kept" and fused.reason == "1.30x"
+    assert fused.same_updates and t.epochs_to_target("fused") == 5 and fused.time_gain == pytest.approx(1.3)
     assert t.time_ratio_over_baseline == pytest.approx(1.8 * 1.3)
 
 
+def test_a_change_that_leaves_the_updates_alone_is_not_timed_by_a_noisy_curve():
+    """Its accuracy curve is the same as its recipe's up to noise: reaching the target an epoch early by luck must not
+    count as a gain, nor an unlucky epoch as a loss; its final accuracy is held to the floor (tolerance below)."""
+    lucky = course.Change("0.8x, lucky curve", {"rate": 80.0, "curve": (0.96, 0.971, 0.972)})
+    unlucky = course.Change("1.3x, unlucky curve", {"rate": 130.0, "curve": (0.90, 0.94, 0.965)})
+    broken = course.Change("1.5x, broken", {"rate": 150.0, "curve": (0.5, 0.6, 0.7)})
+    t = course.ablate(_train, BASE, [lucky, unlucky, broken], apply=apply, epochs=3, judge="time to accuracy")
+    assert t.target_accuracy == pytest.approx(0.97) and t.accuracy_floor == pytest.approx(0.96)
+    assert t.step(lucky.label).decision == "dropped" and "slower" in t.step(lucky.label).reason
+    assert t.step(unlucky.label).decision == "kept" and t.epochs_to_target(unlucky.label) == 3   # as the seed loop
+    assert t.step(broken.label).decision == "dropped" and "below the 96.0% floor" in t.step(broken.label).reason
+    assert "same updates" in repr(t)
+
+
 def test_the_table_shows_time_to_the_target_and_a_diverged_change_is_dropped():
-    nan = course.Change("diverges", {"rate": 300.0, "curve": (math.nan,)})
+    nan = course.Change("diverges", {"rate": 300.0, "curve": (math.nan,)}, updates=True)
     t = course.ablate(_train, BASE, [nan, NEEDS_5], apply=apply, epochs=3, judge="time to accuracy",
                       accuracy_tolerance=0.0)
     assert t.step("diverges").decision == "dropped" and "diverged" in t.step("diverges").reason

@@ -166,11 +166,11 @@ def test_the_ablation_judges_by_time_to_the_baselines_accuracy_once_the_baseline
     monkeypatch.setattr(lever_ablation, "unigram_baseline", _unigram(True))
     base = GPTRecipe(micro_batch=2)
     table = gpt_ablation(SHAPE, tokens=4096, baseline=base, device="cpu", accuracy_seeds=0, compare_s=0.1)
-    assert table.by_time and table.accuracy_floor == table.baseline.test_accuracy      # tolerance 0 by time
+    assert table.by_time and table.target_accuracy == table.baseline.test_accuracy    # one seed: its own
     assert [r for r, _ in trained].count(base) == 1           # the baseline's run that chose the judging is reused
     assert len(table.baseline.epoch_accuracies) == 4 and table.baseline.epoch_accuracies[-1] == table.baseline.test_accuracy
     for s in table.steps:
-        assert s.decision != "kept" or s.epochs_to(table.accuracy_floor) is not None
+        assert s.decision != "kept" or table.epochs_to_target(s.label) is not None
     assert "time to" in repr(table) and "4 epochs of a quarter each" in " ".join(table.notes)
 
 
