@@ -636,7 +636,7 @@ def cases_() -> list[Case]:  # noqa: PLR0915 - one table
           {"d": [3, None, "digits"], "root": "path"}, limit_s=60),
         C("capstone.Change", capstone.Change, {"label": "b2", "fields": {"b": 2}},
           {"label": [3, ""], "fields": [3, "x", ["b"]], "why": [3], "available": "flag", "why_not": [3],
-           "branch": "flag"}),
+           "branch": "flag", "updates": "flag"}),
         C("capstone.ablate", capstone.ablate,
           {"train": _fake_train, "baseline": {"b": 1}, "changes": [capstone.Change("b2", {"b": 2})], "apply": _apply},
           {"train": "fn", "baseline": [None], "changes": [3, [3], "b2"], "apply": "fn", "describe": "fn",
