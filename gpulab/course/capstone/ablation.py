@@ -11,7 +11,8 @@ distance from the seed, not from the change before, is what the table tells. A c
 a CPU) is listed with the reason. A change with a one-off cost (``one_off=True``: compilation, graph capture) is
 also judged over the whole run: the table shows each row's total wall time (every epoch, the first included) and,
 for such a change, its one-off seconds and the epochs it takes to pay them back at its steady-state gain. A *branch* is measured from the final recipe but not kept into it (e.g. "if the data must stay on
-disk"). :func:`ablate` drives any framework: it needs a ``train(recipe, run)`` returning an object with
+disk"). With ``judge="time to accuracy"`` the headline is what a user waits for: each recipe's time to the
+baseline's accuracy, read after every epoch (see :func:`ablate`). :func:`ablate` drives any framework: it needs a ``train(recipe, run)`` returning an object with
 ``samples_per_s``, ``spread_pct``, ``test_accuracy``, ``peak_memory_bytes`` and ``flops_per_sample`` (and,
 when it has them, ``epoch_times_s``: each epoch's wall time, the first included).
 
@@ -163,9 +164,10 @@ def _decide(current: AblationStep, got: AblationStep, floor: float | None, min_g
 def _decide_time(current: AblationStep, got: AblationStep, target: float, min_gain: float,
                  paired: tuple[float, float] | None, budget: int, k_cur: int) -> tuple[bool, float, str, int]:
     """Keep or drop by time to accuracy: the samples/s gain (``paired`` when given, as :func:`_decide`) x the
-    ratio of the epochs the two recipes took to reach ``target`` (``k_cur``: the current recipe's). Returns (keep, time gain, why, epochs to train it
-    again with): a change still short of the target after its epochs, fast enough that more of them could still
-    save time, is trained again with as many as its gain pays for (at most ``budget``); 0 when decided."""
+    ratio of the epochs the two recipes took to reach ``target`` (``k_cur``: the current recipe's). Returns (keep,
+    time gain, why, epochs to train it again with): a change still short of the target after its epochs, fast enough
+    that more of them could still save time, is trained again with as many as its gain pays for (at most
+    ``budget``); 0 when decided."""
     keep, rate, why = _decide(current, got, None, min_gain, paired)
     if why.startswith("diverged"):
         return False, rate, why, 0

@@ -361,12 +361,12 @@ class Ablation(TableView):
         seeds = f"the lowest of the {self.baseline.label}'s {len(accs)} seeds" if len(accs) > 1 else \
             f"the {self.baseline.label}'s"
         return (f"judged by time to accuracy: the target is {self.target_accuracy:.1%} ({seeds}), read after each "
-                f"epoch; time to it = the epochs to it x a steady epoch (a one-off such as compiling is shown apart); a "
-                f"change to the updates (batch size, learning rate) is kept when it reaches the target in less time "
-                f"than the recipe it changed, beyond the noise (and by at least 5%): its samples/s gain ('interleaved': "
-                f"the two recipes' steps timed in turn) x the ratio of their epochs to the target, and one short of it "
-                f"trains again with the epochs its gain could pay for; a change that leaves the updates alone (same "
-                f"updates) keeps the epochs of the recipe it changed and is kept when faster beyond the noise and at "
+                "epoch; time to it = the epochs to it x a steady epoch (a one-off such as compiling is shown apart); "
+                "a change to the updates (batch size, learning rate) is kept when it reaches the target in less time "
+                "than the recipe it changed, beyond the noise (and by at least 5%): its samples/s gain ('interleaved': "
+                "the two recipes' steps timed in turn) x the ratio of their epochs to the target, and one short of it "
+                "trains again with the epochs its gain could pay for; a change that leaves the updates alone (same "
+                "updates) keeps the epochs of the recipe it changed and is kept when faster beyond the noise and at "
                 f"least {self._floor_text()} accurate at the end")
 
     def _price_text(self) -> str:

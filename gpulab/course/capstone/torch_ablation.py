@@ -212,7 +212,8 @@ def torch_ablation(data: Digits, *, epochs: int = 3, device: Any = None, batch_s
                    compile_on_cpu: bool = False, track: Mapping[str, Any] | None = None,
                    accuracy_tolerance: float = 0.01, budget: int | None = None,
                    disk_images: int | None = 6000, compare_s: float = 0.6, accuracy_seeds: int = 2,
-                   price_per_hour: Any = None, judge: str = "time to accuracy", max_epochs: int | None = None) -> Ablation:
+                   price_per_hour: Any = None, judge: str = "time to accuracy",
+                   max_epochs: int | None = None) -> Ablation:
     """Train the seed loop, then each of :func:`torch_changes` in turn on ``data``. Its accuracy after ``epochs``
     epochs is measured over its own seed and ``accuracy_seeds`` more (trained with whole tensors: the same math,
     seconds each): the lowest is the *target*, that less ``accuracy_tolerance`` the *floor*.
