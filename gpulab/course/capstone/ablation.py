@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
 from ..._check import flag, mapping, positive, text, whole
-from .ablation_table import JUDGES, Ablation, AblationStep, _epochs, _fraction, accuracy_floor
+from .ablation_table import Ablation, AblationStep, _epochs, _fraction, accuracy_floor, judge_arg
 
 __all__ = ["Change", "AblationStep", "Ablation", "ablate", "accuracy_floor"]
 
@@ -144,11 +144,7 @@ def _decide(current: AblationStep, got: AblationStep, floor: float | None, min_g
     """Keep or drop, the gain it is based on, and why. ``floor``: the accuracy a kept change must reach (the
     baseline's, never the current recipe's, so losses cannot add up). ``paired``: (gain, spread %) from an
     interleaved comparison of the two recipes, used instead of the two runs' own rates when given."""
-    if paired is not None:
-        gain, noise, how = paired[0], max(min_gain, paired[1] / 100), " (interleaved)"
-    else:
-        gain = got.samples_per_s / current.samples_per_s
-        noise, how = max(min_gain, (current.spread_pct or 0) / 100, (got.spread_pct or 0) / 100), ""
+    gain, noise, how = _rate(current, got, min_gain, paired)
     if not math.isfinite(gain) or (got.test_accuracy is not None and not math.isfinite(got.test_accuracy)):
         # NaN compares false with everything: without this, a diverged change would pass every test below
         what = "samples/s" if not math.isfinite(gain) else "test accuracy"
@@ -161,6 +157,16 @@ def _decide(current: AblationStep, got: AblationStep, floor: float | None, min_g
     return True, gain, f"{gain:.2f}x{how}"
 
 
+def _rate(current: AblationStep, got: AblationStep, min_gain: float,
+          paired: tuple[float, float] | None) -> tuple[float, float, str]:
+    """The samples/s gain of ``got`` over ``current``, the noise it must beat and how it was timed: from ``paired``
+    (an interleaved comparison) when given, else from the two runs' own rates and spreads."""
+    if paired is not None:
+        return paired[0], max(min_gain, paired[1] / 100), " (interleaved)"
+    return (got.samples_per_s / current.samples_per_s,
+            max(min_gain, (current.spread_pct or 0) / 100, (got.spread_pct or 0) / 100), "")
+
+
 def _decide_time(current: AblationStep, got: AblationStep, target: float, min_gain: float,
                  paired: tuple[float, float] | None, budget: int, k_cur: int) -> tuple[bool, float, str, int]:
     """Keep or drop by time to accuracy: the samples/s gain (``paired`` when given, as :func:`_decide`) x the
@@ -168,12 +174,10 @@ def _decide_time(current: AblationStep, got: AblationStep, target: float, min_ga
     time gain, why, epochs to train it again with): a change still short of the target after its epochs, fast enough
     that more of them could still save time, is trained again with as many as its gain pays for (at most
     ``budget``); 0 when decided."""
-    keep, rate, why = _decide(current, got, None, min_gain, paired)
+    _, rate, why = _decide(current, got, None, min_gain, paired)
     if why.startswith("diverged"):
         return False, rate, why, 0
-    how = " (interleaved)" if paired is not None else ""
-    noise = max(min_gain, paired[1] / 100) if paired is not None else max(
-        min_gain, (current.spread_pct or 0) / 100, (got.spread_pct or 0) / 100)
+    rate, noise, how = _rate(current, got, min_gain, paired)
     k, n = got.epochs_to(target), len(got.epoch_accuracies)
     if k is None:
         affordable = math.ceil(rate * k_cur / (1 + noise)) - 1     # the most epochs at which it still saves time
@@ -264,9 +268,7 @@ def ablate(train: Callable[[Any, Any], Any], baseline: Any, changes: Sequence[Ch
     text("device", device)
     if epochs is not None:
         epochs = whole("epochs", epochs)
-    if judge not in JUDGES:
-        raise ValueError(f"judge must be one of {JUDGES}, got {judge!r}")
-    by_time = judge == "time to accuracy"
+    by_time = judge_arg(judge) == "time to accuracy"
     if by_time:
         if epochs is None:
             raise ValueError("judge='time to accuracy' needs epochs=... (the epochs train trains by default)")

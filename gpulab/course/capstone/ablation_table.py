@@ -35,6 +35,13 @@ def _fraction(name: str, value: Any) -> float:
     return float(value)
 
 
+def judge_arg(judge: Any) -> str:
+    """``judge`` checked: one of :data:`JUDGES` (how an ablation keeps or drops a change)."""
+    if judge not in JUDGES:
+        raise ValueError(f"judge must be one of {JUDGES}, got {judge!r}")
+    return judge
+
+
 def _tolerance(tolerance: float) -> None:
     _fraction("tolerance", tolerance)
 
@@ -170,8 +177,7 @@ class Ablation(TableView):
     def __post_init__(self) -> None:
         if self.price is not None:
             object.__setattr__(self, "price", hourly_price(self.price))
-        if self.judge not in JUDGES:
-            raise ValueError(f"judge must be one of {JUDGES}, got {self.judge!r}")
+        judge_arg(self.judge)
 
     @property
     def target_accuracy(self) -> float | None:

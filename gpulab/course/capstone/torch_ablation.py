@@ -18,7 +18,7 @@ from typing import Any, Mapping
 from ..._check import checked, device_arg, flag, mapping, nbytes, positive, whole
 from ...interleaved import threads
 from .ablation import Ablation, Change, ablate
-from .ablation_table import JUDGES, _fraction
+from .ablation_table import _fraction, judge_arg
 from .recipe import Recipe, _tf32, keep_rng, train_recipe
 from .data import features
 from .digits import Digits
@@ -239,8 +239,7 @@ def torch_ablation(data: Digits, *, epochs: int = 3, device: Any = None, batch_s
     if not isinstance(data, Digits):              # every argument fails here, before minutes of training
         raise TypeError(f"data must be course.digits(...), got {type(data).__name__} {data!r:.60}")
     whole("epochs", epochs), whole("batch_size", batch_size), flag("compile_on_cpu", compile_on_cpu)
-    if judge not in JUDGES:
-        raise ValueError(f"judge must be one of {JUDGES}, got {judge!r}")
+    judge_arg(judge)
     _fraction("accuracy_tolerance", accuracy_tolerance), whole("accuracy_seeds", accuracy_seeds, low=0)
     if max_epochs is not None:
         whole("max_epochs", max_epochs, low=epochs)

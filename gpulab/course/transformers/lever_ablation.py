@@ -139,14 +139,13 @@ def gpt_ablation(shape: TransformerShape, *, tokens: int = 65_536, baseline: GPT
     CUDA graphs) is kept when faster beyond the noise and at the floor. Where the baseline learned nothing beyond byte
     frequencies, the levers are judged by throughput, and the notes say so. ``judge="throughput"``: every recipe
     trains on ``tokens`` and a lever is kept when faster beyond the noise and at the floor."""
-    from ..capstone.ablation_table import JUDGES
+    from ..capstone.ablation_table import judge_arg
     from ..capstone.torch_ablation import _ceiling
 
     dev = _args(shape, baseline, device, held_out=True, recipe_name="baseline")
     base = GPTRecipe() if baseline is None else baseline
     whole("tokens", tokens)
-    if judge not in JUDGES:
-        raise ValueError(f"judge must be one of {JUDGES}, got {judge!r}")
+    judge_arg(judge)
     _judging(accuracy_tolerance, compile_on_cpu, accuracy_seeds, compare_s, price_per_hour, track)
     if max_epochs is not None:
         whole("max_epochs", max_epochs, low=4)
