@@ -740,6 +740,13 @@ def _table() -> Any:
     return course.ablate(_fake_train, {"b": 1}, [course.Change("b2", {"b": 2})], apply=_apply)
 
 
+def _gpt_run() -> Any:
+    """A measured run's record, as :func:`gpulab.course.train_gpt` returns it: 1,000 tokens/s at 100 tokens a step."""
+    from gpulab.course.transformers.train import GPTRecipe, GPTRun
+
+    return GPTRun(GPTRecipe(), "cpu", 100, (5.0, 0.1, 0.1, 0.1), (), 1.0, 0.5, None, 1.0)
+
+
 def _gpt_cases() -> list[Case]:
     """Lesson 13's calls: the course's GPT (its forward, generation, windows of the text), its recipes and trainer,
     the attention sweep, generation speed, and the SDPA backends report."""
@@ -783,6 +790,7 @@ def _gpt_cases() -> list[Case]:
           {"shape": shapes_bad, "recipe": recipes_bad, "steps": "count", "device": "device",
            "seed": [-1, 2.5, "0", nan, True], "eval_windows": "count", "run": [3, "run"],
            "parts": [0, -1, 2.5, "2", 3]}, limit_s=60),
+        C("gpt.GPTRun.tokens_in", _gpt_run().tokens_in, {"seconds": 1.0}, {"seconds": "pos", "parts": "count"}),
         C("gpt.gpt_stepper", course.gpt_stepper, {"shape": shape, "recipe": tiny, "device": "cpu"},
           {"shape": shapes_bad, "recipe": recipes_bad, "device": "device", "seed": [-1, 2.5, "0", nan]}),
         C("gpt.gpt_changes", course.gpt_changes, {"shape": shape, "device": "cpu"},

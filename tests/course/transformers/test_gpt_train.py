@@ -192,6 +192,22 @@ def test_train_gpt_reads_the_held_out_accuracy_after_each_part():
         train_gpt(SHAPE, GPTRecipe(micro_batch=2), steps=4, parts=5, device="cpu")
 
 
+def test_a_budget_in_seconds_is_whole_steps_in_each_part_at_the_runs_speed():
+    from gpulab.course.transformers.train import GPTRun
+
+    # 100 tokens a step, a median step of 0.1 s: 1,000 tokens/s (the first step, with its one-off costs, left out)
+    run = GPTRun(GPTRecipe(), "cpu", 100, (5.0, 0.1, 0.1, 0.1), (), 1.0, 0.5, None, 1.0)
+    assert run.tokens_in(10) == 10_000 and run.tokens_in(10, parts=3) == 9_900
+    assert run.tokens_in(0.1) == 400                          # at least one step in each part
+    slower = GPTRun(GPTRecipe(), "cpu", 100, (5.0, 0.5, 0.5, 0.5), (), 1.0, 0.5, None, 1.0)
+    assert slower.tokens_in(10) == run.tokens_in(10) // 5     # the same seconds on a 5x slower device
+    for bad, match in ((0, "seconds must be a positive"), (float("nan"), "seconds must be a positive")):
+        with pytest.raises(ValueError, match=match):
+            run.tokens_in(bad)
+    with pytest.raises(ValueError, match="parts must be a whole number >= 1, got 0"):
+        run.tokens_in(1, parts=0)
+
+
 def test_a_comparison_that_runs_out_of_memory_leaves_the_decision_to_the_runs(monkeypatch):
     """Two models and their optimizer state side by side may not fit where each alone did: the out-of-memory error of
     the interleaved comparison is caught, and the candidate is judged on the two runs' own throughputs."""
