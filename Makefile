@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 # cpu or gpu TensorFlow, chosen by whether an NVIDIA driver lists a GPU; override with TF_FLAVOUR=cpu|gpu
 TF_FLAVOUR ?= $(shell if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then echo gpu; else echo cpu; fi)
-REQS := requirements/course.txt requirements/tf-$(TF_FLAVOUR).txt
+REQS := requirements/course.txt requirements/tf-$(TF_FLAVOUR).txt requirements/addons.txt
 # torch's CUDA build for this machine's NVIDIA driver (tools/torch_wheel.py): pip arguments that take
 # the pinned torch from PyTorch's own index (e.g. cu126) when the driver or GPU cannot run PyPI's CUDA 13
 # wheel; empty with R580+ and on machines without an NVIDIA driver. Override: TORCH_WHEEL=pypi|cu126|...
@@ -64,7 +64,7 @@ $(STAMP):
 	@$(PYTHON) tools/torch_wheel.py --wheel $(TORCH_WHEEL) --explain >/dev/null
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install -r requirements/course.txt -r requirements/tf-$(TF_FLAVOUR).txt$(if $(TORCH_ARGS), $(TORCH_ARGS))$(if $(NUMBA_CUDA), "$(NUMBA_CUDA)") -e .
+	$(PY) -m pip install -r requirements/course.txt -r requirements/addons.txt -r requirements/tf-$(TF_FLAVOUR).txt$(if $(TORCH_ARGS), $(TORCH_ARGS))$(if $(NUMBA_CUDA), "$(NUMBA_CUDA)") -e .
 	$(PY) -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "Python 3 (gpulab)" \
 	    $$(printf -- '--env %s %s ' $(KERNEL_ENV))
 	$(PY) -m pip check

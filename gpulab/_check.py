@@ -277,10 +277,10 @@ _KINDS.update({k + "?": _opt(f) for k, f in list(_KINDS.items())})
 
 # the optional packages gpulab's functions import, by the extra of pyproject.toml that installs them
 EXTRAS = {"torch": "torch", "torchvision": "torch", "tensorflow": "tensorflow", "nvidia": "dali", "mlflow": "tracking",
-          "tensorboard": "tracking", "onnx": "onnx", "onnxscript": "onnx", "onnxruntime": "onnx"}
+          "tensorboard": "tracking", "onnx": "onnx", "onnxscript": "onnx", "onnxruntime": "onnx", "hta": "hta"}
 # what each extra installs, for an install of gpulab from a clone or a wheel (no package index needed)
 PACKAGES = {"torch": "torch torchvision", "tensorflow": "tensorflow", "dali": "nvidia-dali-cuda120",
-            "tracking": "mlflow tensorboard", "onnx": "onnx onnxscript onnxruntime"}
+            "tracking": "mlflow tensorboard", "onnx": "onnx onnxscript onnxruntime", "hta": "HolisticTraceAnalysis"}
 
 
 def install_hint(module: str | None) -> str | None:

@@ -175,8 +175,9 @@ def _names(exc: BaseException, param: str, value: Any) -> bool:
 
 
 def _clear_types() -> tuple[type[BaseException], ...]:
+    """The exceptions a refusal may raise: a wrong type or value, a missing key, a path that does not exist."""
     from gpulab.distributed.results import DistributedError
-    return (TypeError, ValueError, LookupError, DistributedError)
+    return (TypeError, ValueError, LookupError, FileNotFoundError, DistributedError)
 
 
 def attempt(case: Case, param: str, value: Any) -> Attempt:
@@ -591,7 +592,11 @@ def cases_() -> list[Case]:  # noqa: PLR0915 - one table
           {"configs": [3, [], [3], "BLOCK"], "key": [3, "n", [3]], "backend": [3, "triton9"]}),
         C("kernels.tuning", kernels.tuning, {"kernel": _tuned()}, {"kernel": [3, "k", None, _add_one]}),
         C("kernels.triton_backend", kernels.triton_backend, {}, {"device": "device"}, allow=("env",)),   # *_INTERPRET
-    ] + ([] if not _installed("numba", "numba_cuda") else [
+    ] + ([] if not _installed("hta") else [                         # not in the lean compat venv
+        C("profiling.trace_breakdown", profiling.trace_breakdown, {"traces": _gpu_trace()},
+          {"traces": [3, None, [], [3], "", _tmp_root() + "/no-such-trace.json", _tmp_root(), _cpu_trace()],
+           "include_last_step": "flag", "kernel_gap_us": "pos0"}),
+    ]) + ([] if not _installed("numba", "numba_cuda") else [
         C("kernels.numba_backend", kernels.numba_backend, {}, {"device": "device"}, allow=("env",)),    # on a CPU
     ]) + ([] if not triton_compiles_ahead() else [     # the compat venv's Triton 3.1 predates what it needs
         C("kernels.kernel_resources", kernels.kernel_resources,
@@ -1050,6 +1055,24 @@ def _recipe_run(precision: str) -> Any:
 
 
 @functools.lru_cache(maxsize=None)
+def _gpu_trace() -> str:
+    """A GPU run's trace file as kineto writes it (tests/fake_trace.py): one rank, kernels waiting for the host."""
+    import fake_trace
+
+    return str(fake_trace.host_bound().write(_tmp_root() + "/gpu.pt.trace.json"))
+
+
+def _cpu_trace() -> str:
+    """A trace with no GPU kernels, as a CPU run writes it."""
+    import json
+
+    path = _tmp_root() + "/cpu.pt.trace.json"
+    with open(path, "w") as f:
+        json.dump({"schemaVersion": 1, "traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1,
+                                                        "tid": 1, "ts": 0, "dur": 5}]}, f)
+    return path
+
+
 def _tmp_root() -> str:
     import tempfile
     return tempfile.mkdtemp(prefix="gpulab-sweep-")

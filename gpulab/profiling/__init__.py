@@ -15,8 +15,9 @@ sync-bound (``summary.roofline`` has the shares).
 
 :func:`phase` also emits an NVTX range on CUDA, so the same annotations show in Nsight Systems;
 :func:`nsight_commands` gives the ``nsys`` / ``ncu`` command lines for a GPU machine and
-:func:`nvtx_capture` marks the region they should record. :func:`tf_profile` runs TensorFlow's
-profiler into a TensorBoard log directory.
+:func:`nvtx_capture` marks the region they should record. :func:`trace_breakdown` runs Holistic Trace Analysis on
+a GPU run's traces (one per rank): each rank's time computing, copying or communicating, and idle, and why it idled.
+:func:`tf_profile` runs TensorFlow's profiler into a TensorBoard log directory.
 
 Example:
     >>> import torch, gpulab as gl
@@ -38,6 +39,7 @@ from __future__ import annotations
 from .attribution import Attribution
 from .compare import ProfileComparison, compare_profiles
 from .events import MANY_OPS_PER_STEP, PHASES, TINY_OP_S, DeviceCheck, OpStat, check_device_events, phase
+from .hta import RankTime, TraceBreakdown, trace_breakdown
 from .nsight import NsightCommands, nsight_commands, nvtx_capture
 from .run import profile
 from .summary import ProfileSummary
@@ -46,4 +48,5 @@ from .tf import TFProfile, tf_profile
 
 __all__ = ["phase", "profile", "ProfileSummary", "Attribution", "OpStat", "DeviceCheck", "check_device_events",
            "compare_profiles", "ProfileComparison", "diagnose_profile", "StepRoofline", "step_roofline", "VERDICTS", "nsight_commands", "NsightCommands",
-           "nvtx_capture", "tf_profile", "TFProfile", "PHASES", "TINY_OP_S", "MANY_OPS_PER_STEP"]
+           "nvtx_capture", "tf_profile", "TFProfile", "PHASES", "TINY_OP_S", "MANY_OPS_PER_STEP", "trace_breakdown",
+           "TraceBreakdown", "RankTime"]

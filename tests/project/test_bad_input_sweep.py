@@ -63,6 +63,7 @@ NOT_CALLS = {"compiled_graphs", "forget_limits", "cuda_build_support", "seed_mod
              "Extension", "MachineLimits", "StepMatmuls", "Span", "StreamTimeline", "ProfileSummary", "OpStat",
              "DeviceCheck", "ProfileComparison", "StepRoofline", "Attribution", "NsightCommands", "TFProfile", "RecipeRun",
              "AblationStep", "Ablation", "GPTRun", "GenerationRow", "GenerationSpeed", "SdpaReport", "KernelResources", "Occupancy",
+             "TraceBreakdown", "RankTime",
              "text_tokens",                                                      # results, made by the calls
              "check_device_events", "diagnose_profile", "step_roofline",         # fed by gl.profile's own results
              "nvtx_capture", "tf_profile", "Run"}                                # swept as track() and Run.<method>
@@ -72,10 +73,11 @@ def test_every_public_call_of_the_newer_modules_is_in_the_sweep():
     import importlib
 
     swept = {c.name.split("(")[0].rsplit(".", 1)[-1] for c in badinput.cases_()}
-    # in the lean compat venv (no MLflow, ONNX or Numba) these calls have no valid call to sweep from
+    # in the lean compat venv (no MLflow, ONNX, Numba or HTA) these calls have no valid call to sweep from
     absent = ({"track", "runs", "load_trace"} if not badinput._installed("mlflow") else set()) | \
         ({"onnx_runtime"} if not badinput._installed("onnx", "onnxscript", "onnxruntime") else set()) | \
         ({"numba_backend"} if not badinput._installed("numba", "numba_cuda") else set()) | \
+        ({"trace_breakdown"} if not badinput._installed("hta") else set()) | \
         ({"kernel_resources"} if not badinput.triton_compiles_ahead() else set())
     missing = {}
     for name in MODULES:

@@ -202,9 +202,13 @@ def test_ci_runs_compat_after_test_with_venvs_keyed_by_their_requirements():
     ci = (ROOT / ".ci" / "run").read_text()
     assert ci.index("make test VENV=") < ci.index("make compat COMPAT_VENV=")
     assert "compat_hash=$(sha256sum < requirements/compat.txt" in ci
-    # the course venv's key leaves compat.txt out: a change of the floor does not rebuild the 9 GB venv
-    assert "grep -v '/compat\\.txt$'" in ci and "return 0" in ci   # prune() must not end CI under set -e
+    # the course venv's key leaves compat.txt out (a change of the floor does not rebuild the 9 GB venv) and addons.txt
+    # (small tools make adds to the cached venv), and keeps every other requirement file
+    assert "grep -v -e '/compat\\.txt$' -e '/addons\\.txt$'" in ci and "return 0" in ci   # prune() must not end CI
     make = (ROOT / "Makefile").read_text()
+    reqs = re.search(r"^REQS := (.*)$", make, re.M).group(1).split()
+    assert "requirements/addons.txt" in reqs, "make installs the addons (and reinstalls when they change)"
+    assert re.search(r"pip install -r requirements/course\.txt -r requirements/addons\.txt ", make)
     assert re.search(r"^COMPAT_HASH := .*requirements/compat\.txt", make, re.M)
     assert re.search(r"^compat: compat-install\n\t\$\(COMPAT_PY\) -m pytest .* tests --ignore=tests/ui", make, re.M)
     # ... and every notebook under nbval on the floor, gpulab from the checkout (the kernel is a child process)

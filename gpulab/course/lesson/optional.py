@@ -1,6 +1,6 @@
-"""A lesson's part that needs an optional package (TensorFlow, DALI, MLflow, ONNX Runtime) runs only where the
-package is installed; elsewhere it is skipped with one line naming the ``pip install`` that adds it, and the rest of
-the lesson runs. A PyTorch-only machine thus runs every lesson's PyTorch path.
+"""A lesson's part that needs an optional package (TensorFlow, DALI, MLflow, ONNX Runtime, Holistic Trace Analysis)
+runs only where the package is installed; elsewhere it is skipped with one line naming the ``pip install`` that adds
+it, and the rest of the lesson runs. A PyTorch-only machine thus runs every lesson's PyTorch path.
 
 In a notebook, the part's first cell asks, and each of its cells runs under the answer::
 
@@ -35,8 +35,9 @@ OPTIONAL_PACKAGES: dict[str, tuple[str, tuple[str, ...]]] = {
     "dali": ("NVIDIA DALI", ("nvidia.dali",)),
     "mlflow": ("MLflow", ("mlflow",)),
     "onnx": ("ONNX Runtime", ("onnx", "onnxscript", "onnxruntime")),
+    "hta": ("Holistic Trace Analysis", ("hta",)),
 }
-Package = Literal["tensorflow", "dali", "mlflow", "onnx"]
+Package = Literal["tensorflow", "dali", "mlflow", "onnx", "hta"]
 
 
 class PartAnswer:
@@ -90,7 +91,7 @@ def _installed(module: str) -> bool:
 
 def needs(package: Package, part: str) -> OptionalPart:
     """Whether the lesson's ``part`` (e.g. ``"section 4 (Keras)"``) can run: ``package`` is one of
-    ``"tensorflow"``, ``"dali"``, ``"mlflow"``, ``"onnx"``. Nothing is imported.
+    ``"tensorflow"``, ``"dali"``, ``"mlflow"``, ``"onnx"``, ``"hta"``. Nothing is imported.
 
     Example:
         >>> needs("tensorflow", "section 4").install
@@ -98,7 +99,7 @@ def needs(package: Package, part: str) -> OptionalPart:
         >>> needs("torch", "section 1")
         Traceback (most recent call last):
         ...
-        ValueError: package must be one of 'tensorflow', 'dali', 'mlflow', 'onnx', got 'torch'
+        ValueError: package must be one of 'tensorflow', 'dali', 'mlflow', 'onnx', 'hta', got 'torch'
     """
     if package not in OPTIONAL_PACKAGES:
         raise ValueError(f"package must be one of {', '.join(map(repr, OPTIONAL_PACKAGES))}, got {package!r}")

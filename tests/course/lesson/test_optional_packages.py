@@ -24,13 +24,14 @@ NOTEBOOKS = [p for p in sorted((ROOT / "notebooks").glob("*.ipynb")) if not p.na
 # How a statement uses each optional package: imports, the course's and gpulab's calls that import it, and the
 # names the lessons give TensorFlow's modules.
 IMPORTS = {"tensorflow": ("tensorflow", "keras", "tf_keras"), "dali": ("nvidia.dali",), "mlflow": ("mlflow",),
-           "onnx": ("onnx", "onnxruntime", "onnxscript")}
+           "onnx": ("onnx", "onnxruntime", "onnxscript"), "hta": ("hta",)}
 CALLS = {
     "tensorflow": {"start_keras", "keras_cnn", "keras_step_times", "tf_dataset", "keras_ablation", "keras_changes",
                    "train_keras_recipe", "tf_limit_gpu_memory", "dali_tf_dataset", "mirrored_strategy"},
     "dali": {"dali_loader", "check_dali", "dali_tf_dataset"},
     "mlflow": {"track", "runs", "load_trace", "ui_commands", "check_tracked"},
     "onnx": {"onnx_runtime"},
+    "hta": {"trace_breakdown"},
 }
 NAMES = {"tensorflow": {"tf", "keras", "ks"}}
 
