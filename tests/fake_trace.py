@@ -57,15 +57,17 @@ class TraceFile:
                             "args": {"External id": 10_000 + len(self.events)}})
 
     def launch(self, name: str, *, runtime_us: float, start_us: float, dur_us: float, stream: int = 7,
-               copy: bool = False) -> None:
+               copy: bool = False, driver: bool = False) -> None:
         """An operator whose runtime call at ``runtime_us`` launches ``name`` on ``stream``, running from ``start_us``
-        for ``dur_us`` (a copy: ``cudaMemcpyAsync`` and a ``gpu_memcpy`` event)."""
+        for ``dur_us`` (a copy: ``cudaMemcpyAsync`` and a ``gpu_memcpy`` event; ``driver``: launched through the
+        driver API, as Triton's kernels are: ``cuLaunchKernel``, category ``cuda_driver``)."""
         corr = self._corr
         self._corr += 1
         self.events.append({"ph": "X", "cat": "cpu_op", "name": "aten::copy_" if copy else "aten::mm", "pid": HOST_PID,
                             "tid": HOST_TID, "ts": runtime_us - 2, "dur": 8,
                             "args": {"External id": corr, "Record function id": 0, "Ev Idx": len(self.events)}})
-        self.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync" if copy else "cudaLaunchKernel",
+        call = "cudaMemcpyAsync" if copy else "cuLaunchKernel" if driver else "cudaLaunchKernel"
+        self.events.append({"ph": "X", "cat": "cuda_driver" if driver else "cuda_runtime", "name": call,
                             "pid": HOST_PID, "tid": HOST_TID, "ts": runtime_us, "dur": 4,
                             "args": {"External id": corr, "cbid": 41 if copy else 211, "correlation": corr}})
         device = {"ph": "X", "cat": "gpu_memcpy" if copy else "kernel", "name": name, "pid": GPU, "tid": stream,
@@ -139,12 +141,13 @@ def busy_with_overlapped_comm(rank: int | None = 1, world_size: int = 2, steps: 
 
 
 def tiny_kernels(rank: int | None = None, steps: int = 3, per_step: int = 40) -> TraceFile:
-    """A step of ``per_step`` 5 us kernels 10 us apart, all queued at the step's start: the GPU idles between
-    back-to-back kernels, never for the host (until the next step)."""
+    """A step of ``per_step`` 5 us Triton kernels (launched through the driver API) 10 us apart, all queued at the
+    step's start: the GPU idles between back-to-back kernels, never for the host (until the next step)."""
     t = TraceFile(rank)
     for s in range(steps):
         base = 1000 * (s + 1)
         t.step(s, base, base + 1000)
         for i in range(per_step):
-            t.launch("triton_poi_fused_add_mul_0", runtime_us=base + 1 + 0.1 * i, start_us=base + 20 + 15 * i, dur_us=5)
+            t.launch("triton_poi_fused_add_mul_0", runtime_us=base + 1 + 0.1 * i, start_us=base + 20 + 15 * i, dur_us=5,
+                     driver=True)
     return t

@@ -110,3 +110,33 @@ def test_fake_torch_cuda_objects_offer_only_real_torch_cuda_api():
         real = getattr(torch.cuda.memory, name)
         mine = inspect.signature(fn).parameters
         assert all(p.kind == p.VAR_KEYWORD or p.name in inspect.signature(real).parameters for p in mine.values())
+
+
+def test_the_fake_trace_files_host_side_is_what_torch_exports(tmp_path):
+    """tests/fake_trace.py writes what kineto exports: checked against a real export of a profiled CPU step (its
+    top-level keys, the step ranges' and operators' fields); the device side follows kineto's output_json.cpp."""
+    import json
+
+    import fake_trace
+
+    w = torch.randn(16, 16, requires_grad=True)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                schedule=torch.profiler.schedule(wait=0, warmup=1, active=2, repeat=1),
+                                on_trace_ready=lambda p: p.export_chrome_trace(str(tmp_path / "real.json"))) as prof:
+        for _ in range(3):
+            (torch.randn(4, 16) @ w).sum().backward()
+            prof.step()
+    real = json.loads((tmp_path / "real.json").read_text())
+    fake = fake_trace.host_bound().document()
+    # the fake writes no top-level key torch does not (distributedInfo: only with a process group, as here)
+    assert set(fake) - {"distributedInfo"} <= set(real) and "distributedInfo" not in real
+    assert real["schemaVersion"] == fake["schemaVersion"] and isinstance(real["baseTimeNanoseconds"], int)
+
+    def shape(events, cat, name=None):
+        e = next(e for e in events if e.get("cat") == cat and (name is None or e["name"].startswith(name)))
+        return {k for k in e if k != "args"} | {f"args.{k}" for k in e.get("args", {})}
+
+    for cat, name in (("user_annotation", "ProfilerStep#"), ("cpu_op", "aten::mm")):
+        assert shape(fake["traceEvents"], cat, name) <= shape(real["traceEvents"], cat, name), (cat, name)
+    steps = [e["name"] for e in real["traceEvents"] if e.get("cat") == "user_annotation"]
+    assert steps and all(re.fullmatch(r"ProfilerStep#\d+", s) for s in steps)
