@@ -124,3 +124,21 @@ def test_the_backward_phase_has_the_device_time_of_its_kernels(summary, figure):
     figure("profile_backward_device_share", 100 * summary.attribution.phase_share("backward"), "%",
            note=f"device phases per {summary.steps} steps: " + ", ".join(f"{k} {v * 1e3:.2f} ms"
                                                                          for k, v in phases.items()))
+
+
+def test_holistic_trace_analysis_reads_the_real_trace_and_agrees_on_busy_time(summary, figure):
+    """Holistic Trace Analysis (gl.profiling.trace_breakdown) on the trace gl.profile wrote: it parses a real kineto
+    trace (correlations, streams, the device copies of the step ranges left out), its split adds up, and its busy
+    time (computing plus copies) is the union of kernels gl.profile counted in the same steps."""
+    pytest.importorskip("hta", reason="Holistic Trace Analysis (requirements/addons.txt) is not installed")
+    r = gl.profiling.trace_breakdown(summary).rank(0)
+    assert r.span_s > 0 and r.compute_s > 0, r
+    assert r.share("idle") + r.share("compute") + r.share("non_compute") == pytest.approx(1.0, abs=1e-6), r
+    busy = summary.device.busy_s
+    figure("hta_idle_share_of_span", 100 * r.share("idle"), "%",
+           note=f"HTA on gl.profile's trace of an MLP step: busy {1e3 * (r.compute_s + r.non_compute_s):.2f} ms, "
+                f"gl.profile busy {1e3 * busy:.2f} ms; idle {r.share('host_wait'):.0%} host wait, "
+                f"{r.share('kernel_wait'):.0%} between kernels, {r.share('other_wait'):.0%} other")
+    assert r.compute_s + r.non_compute_s == pytest.approx(busy, rel=0.25), (
+        f"HTA counts {r.compute_s + r.non_compute_s:.6f} s of kernels where gl.profile counted {busy:.6f} s in the "
+        f"same steps: {r}")
