@@ -144,14 +144,14 @@ def trace_breakdown(traces: Any, *, include_last_step: bool = True, kernel_gap_u
     ``consecutive_kernel_delay``, in microseconds as the trace counts them)."""
     flag("include_last_step", include_last_step)
     positive("kernel_gap_us", kernel_gap_us, allow_zero=True, unit="microseconds")
-    files = _rank_files(traces)
+    files = {r: str(p) for r, p in _rank_files(traces).items()}
     Trace, Breakdown, Communication = _import_hta()
     logger, saved_level = logging.getLogger("hta"), logging.getLogger("hta").level
     try:
         logger.setLevel(logging.ERROR)
         with warnings.catch_warnings(), _wide_correlations():
             warnings.simplefilter("ignore")
-            t = Trace(trace_files={r: str(p) for r, p in files.items()}, trace_dir=str(Path(next(iter(files.values()))).parent))
+            t = Trace(trace_files=files, trace_dir=str(Path(next(iter(files.values()))).parent))
             t.load_traces(include_last_profiler_step=include_last_step, use_multiprocessing=False)
             temporal = Breakdown.get_temporal_breakdown(t, visualize=False)
             idle = {r: Breakdown.get_idle_time_breakdown(t, int(kernel_gap_us), r, None, False, False, False)[0]
@@ -159,11 +159,11 @@ def trace_breakdown(traces: Any, *, include_last_step: bool = True, kernel_gap_u
             kinds, top = Breakdown.get_gpu_kernel_breakdown(t, False, 0.8, 10, True, "")
             overlap = Communication.get_comm_comp_overlap(t, False) if _has_comm(kinds) else None
     except Exception as e:
-        raise RuntimeError(f"Holistic Trace Analysis could not read {sorted(map(str, files.values()))}: "
+        raise RuntimeError(f"Holistic Trace Analysis could not read {sorted(files.values())}: "
                            f"{type(e).__name__}: {e}") from e
     finally:
         logger.setLevel(saved_level)
-    return TraceBreakdown(files={r: str(p) for r, p in files.items()},
+    return TraceBreakdown(files=files,
                           ranks=tuple(_rank_time(r, temporal, idle[r], overlap) for r in sorted(files)),
                           kernel_types=_kinds(kinds), top_kernels=_top(top))
 
@@ -267,24 +267,21 @@ def _has_comm(kinds: Any) -> bool:
     return bool((kinds["kernel_type"].astype(str).str.contains("COMMUNICATION") & (kinds["sum"] > 0)).any())
 
 
-def _seconds(frame: Any, row: Any, column: str) -> float:
-    value = float(frame.loc[row, column]) if row is not None else float(frame[column].sum())
-    return value / 1e6 if math.isfinite(value) else 0.0            # HTA keeps the trace's microseconds
-
-
 def _rank_time(rank: int, temporal: Any, idle: Any, overlap: Any) -> RankTime:
-    row = temporal.index[temporal["rank"] == rank][0]
-    cats = {c: float(idle.loc[idle["idle_category"] == c, "idle_time"].sum()) / 1e6
-            for c in ("host_wait", "kernel_wait", "other")}
+    """One rank's :class:`RankTime` from HTA's frames (HTA keeps the trace's microseconds)."""
+    row = temporal.loc[temporal["rank"] == rank].iloc[0]
+    us = {c: float(row[f"{c}_time(us)"]) for c in ("kernel", "idle", "compute", "non_compute")}
+    us = {c: v if math.isfinite(v) else 0.0 for c, v in us.items()}
+    waits = {c: float(idle.loc[idle["idle_category"] == c, "idle_time"].sum()) / 1e6
+             for c in ("host_wait", "kernel_wait", "other")}
     comm = None
     if overlap is not None:
         hit = overlap.loc[overlap["rank"] == rank, "comp_comm_overlap_pctg"]
         comm = float(hit.iloc[0]) / 100.0 if len(hit) else None
         comm = comm if comm is not None and math.isfinite(comm) else None      # NaN: this rank ran no collective
-    return RankTime(rank=rank, span_s=_seconds(temporal, row, "kernel_time(us)"),
-                    idle_s=_seconds(temporal, row, "idle_time(us)"), compute_s=_seconds(temporal, row, "compute_time(us)"),
-                    non_compute_s=_seconds(temporal, row, "non_compute_time(us)"), host_wait_s=cats["host_wait"],
-                    kernel_wait_s=cats["kernel_wait"], other_wait_s=cats["other"], comm_overlap=comm)
+    return RankTime(rank=rank, span_s=us["kernel"] / 1e6, idle_s=us["idle"] / 1e6, compute_s=us["compute"] / 1e6,
+                    non_compute_s=us["non_compute"] / 1e6, host_wait_s=waits["host_wait"],
+                    kernel_wait_s=waits["kernel_wait"], other_wait_s=waits["other"], comm_overlap=comm)
 
 
 def _kinds(kinds: Any) -> tuple[tuple[str, float, float], ...]:
