@@ -25,11 +25,11 @@ def pytest_configure(config):
 
 @pytest.fixture
 def fake_nvml(monkeypatch):
-    """Install a fake pynvml (tests/fake_nvml.py: real structs, errors and constants) into
+    """Install a fake pynvml (tests/support/fake_nvml.py: real structs, errors and constants) into
     gpulab.telemetry.nvml; yields a factory. ``fake_nvml(gpus=((name, cc, bytes), ...))`` builds plain GPUs
     (PCI info NotSupported, no nvmlDeviceGetMigMode, as an older library); ``fake_nvml(machine="a100_mig")``
     a recorded machine (see ``fake_nvml.MACHINES``); other keywords go to ``fake_nvml.make_module``."""
-    import fake_nvml as fakes
+    from support import fake_nvml as fakes
     from gpulab.telemetry import energy, nvml
 
     def install(gpus=(("NVIDIA A100-SXM4-40GB", (8, 0), 40 * 2**30),), machine=None, driver="550.54.15",
@@ -99,8 +99,8 @@ def pretend_gpus(monkeypatch):
 
 @pytest.fixture
 def scripted(monkeypatch):
-    """The real nvml.py running against the scripted three-GPU NVML (tests/fake_nvml.py), in NVML's PCI order."""
-    import fake_nvml
+    """The real nvml.py running against the scripted three-GPU NVML (tests/support/fake_nvml.py), in NVML's PCI order."""
+    from support import fake_nvml
 
     from gpulab.telemetry import energy, nvml
 

@@ -1,13 +1,13 @@
 """The guard for bad input: every public call, given a table of bad values per parameter kind
-(``tests/badinput.py``), refuses each with a ``TypeError``/``ValueError`` (or gpulab's own error) naming the
-parameter; none is accepted as if it made sense, none hangs. ``python tests/badinput.py`` prints the details."""
+(``tests/support/badinput.py``), refuses each with a ``TypeError``/``ValueError`` (or gpulab's own error) naming the
+parameter; none is accepted as if it made sense, none hangs. ``python tests/support/badinput.py`` prints the details."""
 from __future__ import annotations
 
 import inspect
 
 import pytest
 
-import badinput
+from support import badinput
 import gpulab as gl
 
 @pytest.fixture(autouse=True)
@@ -38,8 +38,8 @@ def test_every_method_of_the_results_is_in_the_sweep():
 def test_each_valid_call_of_the_sweep_works_and_leaves_the_process_as_it_found_it(tmp_path, monkeypatch):
     """A bad value is only refused for the right reason when the same call with good values works; and a gpulab
     call leaves no global state changed (environment, loggers, warnings filters, random generators, torch's
-    switches, threads, child processes) and no data of the user's touched (tests/globalstate.py)."""
-    import globalstate
+    switches, threads, child processes) and no data of the user's touched (tests/support/globalstate.py)."""
+    from support import globalstate
 
     monkeypatch.chdir(tmp_path)
     globalstate.preimport()

@@ -13,7 +13,7 @@ import pynvml
 import pytest
 import torch
 
-import fake_nvml
+from support import fake_nvml
 from gpulab.telemetry import gpu, nvml
 
 GPULAB = pathlib.Path(nvml.__file__).resolve().parents[1]
@@ -95,7 +95,7 @@ def test_gpulabs_nvml_constants_are_pynvmls():
 
 
 def test_fake_torch_cuda_objects_offer_only_real_torch_cuda_api():
-    from fake_cuda import fake_cuda as _fake_cuda
+    from support.fake_cuda import fake_cuda as _fake_cuda
 
     fake = _fake_cuda()
     for name, fn in vars(fake).items():
@@ -113,11 +113,11 @@ def test_fake_torch_cuda_objects_offer_only_real_torch_cuda_api():
 
 
 def test_the_fake_trace_files_host_side_is_what_torch_exports(tmp_path):
-    """tests/fake_trace.py writes what kineto exports: checked against a real export of a profiled CPU step (its
+    """tests/support/fake_trace.py writes what kineto exports: checked against a real export of a profiled CPU step (its
     top-level keys, the step ranges' and operators' fields); the device side follows kineto's output_json.cpp."""
     import json
 
-    import fake_trace
+    from support import fake_trace
 
     w = torch.randn(16, 16, requires_grad=True)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],

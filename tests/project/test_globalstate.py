@@ -1,4 +1,4 @@
-"""The snapshot the bad-input sweep takes around every gpulab call (tests/globalstate.py) sees each kind of global
+"""The snapshot the bad-input sweep takes around every gpulab call (tests/support/globalstate.py) sees each kind of global
 state a call could leave changed, and a loss of the user's data; a call that changes nothing passes."""
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import warnings
 
 import pytest
 
-import badinput
-import globalstate
+from support import badinput
+from support import globalstate
 
 
 def _leaks_of(change, undo=None, **kw):

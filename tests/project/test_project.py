@@ -14,7 +14,7 @@ import pytest
 
 import gpulab as gl
 
-import course_tool
+from support import course_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 course = course_tool.load()       # tools/course.py

@@ -1,6 +1,6 @@
 """gpulab.devicequery: a deviceQuery for Python. The fake CUDA device properties carry only attribute names the
 real torch._C._CudaDeviceProperties has (or that gpulab reads as optional because torch 2.5 lacks them), and the
-fake NVML is tests/fake_nvml.py (checked against pynvml by test_fakes_match_real.py)."""
+fake NVML is tests/support/fake_nvml.py (checked against pynvml by test_fakes_match_real.py)."""
 from __future__ import annotations
 
 import types

@@ -20,7 +20,7 @@ import types
 import urllib.error
 from pathlib import Path
 
-import fake_dali
+from support import fake_dali
 import numpy as np
 import pytest
 

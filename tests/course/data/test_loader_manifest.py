@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib.util
 import shutil
 
-import fake_dali
+from support import fake_dali
 import numpy as np
 import pytest
 import torch

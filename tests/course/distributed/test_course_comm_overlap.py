@@ -96,7 +96,7 @@ def test_script_profiles_only_under_nccl():
 def test_device_copies_of_the_ranges_are_no_compute(monkeypatch):
     # a DDP step as kineto hands it out: the host ranges' gpu_user_annotation copies (ProfilerStep#N over the whole
     # step, DDP's forward, nccl:all_reduce over its kernel) beside the kernels
-    import fake_kineto as K
+    from support import fake_kineto as K
     from torch.autograd import DeviceType
 
     step, fwd = K.host_step(1, 0, 0, 1000), K.annotation(2, "DistributedDataParallel.forward", 0, 100)

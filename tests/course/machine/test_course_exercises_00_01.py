@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-import fake_nvml as fakes
+from support import fake_nvml as fakes
 from gpulab import course
 from gpulab.course.machine import roofline_exercises
 from gpulab.roofline import amdahl_speedup

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-import fake_nvml as fakes
+from support import fake_nvml as fakes
 import gpulab as gl
 from gpulab import course
 

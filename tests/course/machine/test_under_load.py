@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-import fake_nvml as fake_nvml_module
+from support import fake_nvml as fake_nvml_module
 import pytest
 import torch
 

@@ -22,7 +22,7 @@ import gpulab.distributed as dist_mod
 from gpulab.distributed import agents, torchrun as launch_mod, worker
 from gpulab.course.scripts import ddp_train
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "support" / "fixtures"
 
 
 def _processes_with(token: str) -> list[str]:

@@ -192,7 +192,7 @@ def _container_t4(fake_nvml, monkeypatch, processes, visible=()):
 
 
 def test_this_process_under_its_host_pid_is_not_called_another_process(fake_nvml, monkeypatch):
-    from fake_cuda import fake_cuda as _fake_cuda      # allocator: 3 GiB allocated, 4 GiB reserved
+    from support.fake_cuda import fake_cuda as _fake_cuda      # allocator: 3 GiB allocated, 4 GiB reserved
 
     host_pid, context = 2_417_051, 410 * gl.MiB
     _container_t4(fake_nvml, monkeypatch, [(host_pid, 4 * gl.GiB + context), (77, 2 * gl.GiB)], visible={77})
@@ -207,7 +207,7 @@ def test_this_process_under_its_host_pid_is_not_called_another_process(fake_nvml
 
 
 def test_a_lone_pid_invisible_here_is_possibly_this_process(fake_nvml, monkeypatch):
-    from fake_cuda import fake_cuda as _fake_cuda
+    from support.fake_cuda import fake_cuda as _fake_cuda
 
     _container_t4(fake_nvml, monkeypatch, [(2_417_051, 9 * gl.GiB)])   # more than a context: TF in the process too?
     r = gl.memory.reconcile_memory(cuda=_fake_cuda())
@@ -219,7 +219,7 @@ def test_a_lone_pid_invisible_here_is_possibly_this_process(fake_nvml, monkeypat
 def test_other_processes_stay_other_processes(fake_nvml, monkeypatch):
     import os
 
-    from fake_cuda import fake_cuda as _fake_cuda
+    from support.fake_cuda import fake_cuda as _fake_cuda
 
     # this process listed under its own PID: every other PID is another process, whatever its size
     same = 4 * gl.GiB + 300 * gl.MiB

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import gpulab as gl
-from fake_cuda import fake_cuda as _fake_cuda
+from support.fake_cuda import fake_cuda as _fake_cuda
 from gpulab import course
 import gpulab.memory.cuda
 import gpulab.errors

@@ -302,7 +302,7 @@ def test_the_schema_check_catches_what_a_hand_edit_breaks():
 
 
 def test_the_readme_column_is_rendered_from_the_runs():
-    import course_tool as loader
+    from support import course_tool as loader
 
     course_tool = loader.load()                      # tools/course.py
     text = ("| # | notebook | what you learn | CPU run time* | Colab |\n|---|---|---|---|---|\n"
@@ -431,7 +431,7 @@ def test_figures_measured_beside_other_jobs_are_not_shown_as_the_gpus_and_a_chan
                        fig("a", 3.0, "test_shared", "0.3 ms; re-run alone")]}
     assert [f["value"] for f in figure_runs([rec], "a")] == [3.0]
     assert [f["value"] for f in figure_runs([rec], "b")] == [2.0] and figure_runs([rec], "b")[0]["dirty"] is True
-    import course_tool as loader
+    from support import course_tool as loader
 
     cell = loader.load().gpu_run_cell(last_runs([rec])["00"])
     assert cell == "H200, 2026-11-28 (8dd6876, with changes): passed, 3 s", cell

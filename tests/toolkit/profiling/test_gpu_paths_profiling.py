@@ -2,7 +2,7 @@
 steps counted from the host's step ranges alone.
 
 The events are real ``torch.autograd.profiler_util.FunctionEvent`` objects laid out as the kineto
-post-processing in ``torch/autograd/profiler.py`` lays them out on CUDA (``tests/fake_kineto.py``: a CPU operator
+post-processing in ``torch/autograd/profiler.py`` lays them out on CUDA (``tests/support/fake_kineto.py``: a CPU operator
 with its kernel appended, the kernel's own device row, and kineto's device copies of the ``record_function``
 ranges, the ``ProfilerStep#N`` ranges among them), averaged by the real ``EventList.key_averages()``; rows in
 older torch's spelling are fakes whose every attribute is checked against the installed classes.
@@ -16,7 +16,7 @@ import torch
 from torch.autograd import DeviceType
 from torch.autograd.profiler_util import FunctionEvent, FunctionEventAvg
 
-import fake_kineto as K
+from support import fake_kineto as K
 import gpulab.profiling as P
 from gpulab.profiling import events, run
 

@@ -1,5 +1,5 @@
 """``gl.profiling.trace_breakdown``: Holistic Trace Analysis (the real package) on kineto-shaped GPU traces
-(``tests/fake_trace.py``) whose split is counted by hand, and the refusals: a trace from a CPU, two traces of one
+(``tests/support/fake_trace.py``) whose split is counted by hand, and the refusals: a trace from a CPU, two traces of one
 rank, files that are not traces, HTA missing. HTA leaves no process, log level or warning filter behind."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import warnings
 import psutil
 import pytest
 
-import fake_trace
+from support import fake_trace
 from gpulab import profiling
 
 hta = pytest.importorskip("hta", reason="Holistic Trace Analysis (requirements/addons.txt) is not installed")

@@ -1,5 +1,5 @@
 """The planted bottlenecks on a GPU, from recorded-shape traces: one profiled step laid out as torch.profiler
-lays out a CUDA step (real ``FunctionEvent`` objects from ``tests/fake_kineto.py``: host operators,
+lays out a CUDA step (real ``FunctionEvent`` objects from ``tests/support/fake_kineto.py``: host operators,
 ``aten::_local_scalar_dense`` syncs, the device's kernels, and kineto's device copies of the ranges the kernels
 were launched in: ``ProfilerStep#N``, or the phase ranges), summarised by the real ``_summarise`` with a real
 :class:`~gpulab.work.Work` and real :class:`~gpulab.MachineLimits` shaped like a T4's measured ceilings. Each
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-import fake_kineto as K
+from support import fake_kineto as K
 import gpulab as gl
 from gpulab.profiling import run
 from gpulab.profiling.attribution import DEVICE_IDLE

@@ -1,12 +1,12 @@
 """Where a step's time goes, before any roofline: operator classes by name, the host's self time per class on a
 CPU (optimizer and data ranges taking their operators), the device's time per kernel class on a GPU, and the
 verdicts that come from the attribution (optimizer-bound; overhead-bound from the time outside every operator).
-On a GPU the phases are the device's time, read from kineto's device copies of the ranges (``tests/fake_kineto.py``)."""
+On a GPU the phases are the device's time, read from kineto's device copies of the ranges (``tests/support/fake_kineto.py``)."""
 from __future__ import annotations
 
 import pytest
 
-import fake_kineto as K
+from support import fake_kineto as K
 from gpulab.profiling import ProfileSummary, diagnose_profile
 from gpulab.profiling.attribution import (DEVICE_IDLE, OUTSIDE, Attribution, attribute_events, device_phases,
                                           device_work_phases, launching_ranges, op_class)

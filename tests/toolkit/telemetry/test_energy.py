@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import fake_nvml
+from support import fake_nvml
 import pandas as pd
 import pynvml
 import pytest

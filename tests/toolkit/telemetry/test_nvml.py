@@ -158,7 +158,7 @@ def test_the_fake_carries_pynvmls_own_constants():
     """The fake hands out the real module's constants, clock event reasons under both names included."""
     import pynvml
 
-    from fake_nvml import make_module
+    from support.fake_nvml import make_module
 
     fake = make_module()
     for prefix in ("nvmlClocksEventReason", "nvmlClocksThrottleReason", "NVML_ERROR_", "NVML_CLOCK_"):
@@ -196,7 +196,7 @@ def _old_pynvml(tmp_path, machine=None):
     which is the old one's source."""
     import importlib.util
 
-    import fake_nvml
+    from support import fake_nvml
 
     folder = tmp_path / "pynvml"
     folder.mkdir()

@@ -6,8 +6,8 @@ import sys
 import threading
 import time
 
-import fake_nvml
-import fake_nvml as fake_nvml_module
+from support import fake_nvml
+from support import fake_nvml as fake_nvml_module
 import pandas as pd
 import pytest
 import torch

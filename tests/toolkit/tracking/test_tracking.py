@@ -181,7 +181,7 @@ def test_a_gpu_trace_round_trips_through_both_stores(mlflow, tmp_path):
 
 
 def test_a_monitor_with_scripted_gpus_is_logged(mlflow, tmp_path, monkeypatch):
-    import fake_nvml
+    from support import fake_nvml
     from gpulab.telemetry import nvml
 
     fake = fake_nvml.make_module()

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-PATH = Path(__file__).resolve().parents[1] / "tools" / "course.py"
+PATH = Path(__file__).resolve().parents[2] / "tools" / "course.py"
 NAME = "gpulab_tools_course"
 
 

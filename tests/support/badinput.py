@@ -8,10 +8,10 @@ Each attempt is classified:
 - ``hang``: the call ran past its time limit;
 - ``leak``: whatever the call raised, it left global state changed: an environment variable, a logger's level,
   the warnings filters, a global random number generator, one of torch's process-wide switches, the working
-  folder, a thread or a child process still running (``tests/globalstate.py`` takes the snapshots);
+  folder, a thread or a child process still running (``tests/support/globalstate.py`` takes the snapshots);
 - ``loss``: it changed or removed data it was not asked to write (a logged run's store, a file of the user's).
 
-``python tests/badinput.py`` prints the counts and every attempt that was not clear; ``tests/project/test_bad_input_sweep.py``
+``python tests/support/badinput.py`` prints the counts and every attempt that was not clear; ``tests/project/test_bad_input_sweep.py``
 asserts them. A new public function needs an entry in ``CASES`` (a test checks that every name of
 ``gpulab.__all__`` has one).
 """
@@ -49,7 +49,7 @@ KINDS: dict[str, list[Any]] = {
 
 def _scale_kernel() -> Any:
     """A one-line Triton kernel for kernel_resources' valid call (imported from a file, so its source can be read)."""
-    from kernel_for_sweep import scale_kernel
+    from support.kernel_for_sweep import scale_kernel
     return scale_kernel
 
 
@@ -182,7 +182,7 @@ def _clear_types() -> tuple[type[BaseException], ...]:
 
 def attempt(case: Case, param: str, value: Any) -> Attempt:
     """One bad value, classified; a leak or a loss outranks how the value was refused."""
-    import globalstate
+    from support import globalstate
 
     before = globalstate.snapshot(guard())
     result = _attempt(case, param, value)
@@ -200,7 +200,7 @@ def _reap(before: Any) -> None:
     """Stop child processes a leaking call left, so they do not count against the next call."""
     import psutil
 
-    import globalstate
+    from support import globalstate
 
     for pid in globalstate._children() - before.children:
         with contextlib.suppress(psutil.Error):
@@ -250,7 +250,7 @@ def check_good(case: Case) -> str | None:
 def check_state(case: Case) -> tuple[str | None, list[str]]:
     """``case``'s valid call, run once: why it fails (None when it works), and what it left changed (global
     state, guarded data; empty when nothing)."""
-    import globalstate
+    from support import globalstate
 
     before = globalstate.snapshot(guard())
     why = check_good(case)
@@ -274,7 +274,7 @@ def guard() -> tuple[str, ...]:
 
 
 def sweep(cases: Sequence[Case] | None = None, *, only: str | None = None) -> Sweep:
-    import globalstate
+    from support import globalstate
 
     cases = cases_() if cases is None else cases
     if only:
@@ -1056,8 +1056,8 @@ def _recipe_run(precision: str) -> Any:
 
 @functools.lru_cache(maxsize=None)
 def _gpu_trace() -> str:
-    """A GPU run's trace file as kineto writes it (tests/fake_trace.py): one rank, kernels waiting for the host."""
-    import fake_trace
+    """A GPU run's trace file as kineto writes it (tests/support/fake_trace.py): one rank, kernels waiting for the host."""
+    from support import fake_trace
 
     return str(fake_trace.host_bound().write(_tmp_root() + "/gpu.pt.trace.json"))
 
@@ -1081,6 +1081,8 @@ def _tmp_root() -> str:
 if __name__ == "__main__":
     import os
     import shutil
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))      # tests/, where `support` is imported from
     if shutil.which("nvidia-smi") is None:          # as tests/conftest.py: Triton's interpreter, chosen before import
         os.environ.setdefault("TRITON_INTERPRET", "1")
     os.chdir(_tmp_root())
