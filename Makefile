@@ -46,7 +46,7 @@ PYTEST_ARGS ?=
 # venv's editable install points at another clone.
 export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 
-.PHONY: install lab test unit notebooks ui stress gpu-check doctor docs runs compat compat-install tools-install dist clean help
+.PHONY: install lab test unit notebooks ui stress gpu-check doctor docs runs compat compat-unit compat-notebooks compat-install tools-install dist clean help
 
 help:
 	@echo "make lab   - install the course stack (first time: a few minutes) and start JupyterLab"
@@ -136,8 +136,12 @@ $(COMPAT_STAMP):
 # Tests that need what the compat venv leaves out (TensorFlow, DALI, MLflow, ONNX, JupyterLab) skip there; then every
 # notebook runs under nbval on the floor (gpulab from the checkout), so the optional parts' skips and the version gates
 # run for real.
-compat: compat-install
+compat: compat-unit compat-notebooks
+
+compat-unit: compat-install
 	$(COMPAT_PY) -m pytest $(PYTEST_ARGS) -p no:cacheprovider tests --ignore=tests/ui
+
+compat-notebooks: compat-install
 	PYTHONPATH=$(CURDIR) GPULAB_SOLUTIONS=1 $(COMPAT_PY) -m pytest $(PYTEST_ARGS) -p no:cacheprovider --nbval-lax --nbval-cell-timeout=$(CELL_TIMEOUT_S) --durations=0 notebooks
 
 tools-install: $(TOOLS_STAMP)
