@@ -64,3 +64,21 @@ def test_live_figure_is_updated_in_place(run_ui: RunUI, page: Any) -> None:
     assert_live_figure_updates(page, cell_index=1)
     with pytest.raises(AssertionError, match="images at once"):
         assert_live_figure_updates(page, cell_index=2)
+
+
+def test_ci_deadline_leaves_out_only_what_would_not_finish(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under CI's deadline a notebook runs while the time left covers the longest one so far; past it, it is skipped
+    with the figures; without the variable every notebook runs; a value that is not a time is refused by name."""
+    from .conftest import DEADLINE_ENV, over_ci_deadline
+
+    done = [NotebookResult("a.ipynb", total_seconds=40.0), NotebookResult("b.ipynb", total_seconds=95.0)]
+    monkeypatch.delenv(DEADLINE_ENV, raising=False)
+    assert over_ci_deadline(done, now=1e12) is None
+    monkeypatch.setenv(DEADLINE_ENV, "1000")
+    assert over_ci_deadline(done, now=900.0) is None                       # 100 s left, the longest took 95 s
+    why = over_ci_deadline(done, now=950.0)
+    assert why is not None and "50 s left" in why and "took 95 s" in why and DEADLINE_ENV in why
+    assert over_ci_deadline([], now=930.0) is None and over_ci_deadline([], now=950.0) is not None   # 60 s first
+    monkeypatch.setenv(DEADLINE_ENV, "tomorrow")
+    with pytest.raises(ValueError, match="'tomorrow'"):
+        over_ci_deadline(done)
