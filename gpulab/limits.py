@@ -21,7 +21,7 @@ import numbers
 
 import functools
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from . import _numpy_ceilings as _np_ceil
 from ._check import checked, nbytes as _nbytes, text, texts, whole
@@ -183,7 +183,10 @@ class MachineLimits:
     @property
     def method(self) -> str:
         """How the ceilings were obtained (sizes, runs, threads, library version)."""
-        sizes = sorted({int(m.label.split()[1]) for m in self.matmul})
+        per = {d: sorted(int(m.label.split()[1]) for m in self.matmul if m.label.endswith(f" {d}")) for d in self.dtypes}
+        sizes = sorted({n for ns in per.values() for n in ns})
+        fewer = [f"{d}: {', '.join(map(str, ns))}" for d, ns in per.items() if ns != sizes]
+        cut = f" ({'; '.join(fewer)}: a larger one would run over {MAX_MATMUL_RUN_S:g} s)" if fewer else ""
         runs = sum(m.runs for m in self.matmul)
         copy = max(self.copy, key=lambda m: m.bytes_moved or 0)
         tf32 = {True: "; fp32 matmuls with TF32 allowed", False: "; fp32 matmuls without TF32", None: ""}
@@ -191,7 +194,7 @@ class MachineLimits:
                   if self.cache_copy else "")
         lib = f"torch {self.env.torch}" if self.env.torch else "numpy (PyTorch is not installed)"
         mm = "torch.mm(out=)" if self.env.torch else "numpy.matmul(out=)"
-        return (f"fastest of {runs} runs of {mm} over n = {', '.join(map(str, sizes))} per dtype; "
+        return (f"fastest of {runs} runs of {mm} over n = {', '.join(map(str, sizes))} per dtype{cut}; "
                 f"{copy.label} (read + write counted), fastest of {copy.runs} runs{caches}; {self.env.threads} threads, "
                 f"{lib}{tf32[self.fp32_tf32]}")
 
@@ -265,6 +268,27 @@ def _sizes(name: str, value: Any) -> list[Any]:
     return list(value)
 
 
+MAX_MATMUL_RUN_S = 1.0     # a ceiling's matmul sweep stops before a size whose one run would take longer
+
+
+def _matmul_sweep(dtypes: Sequence[str], sizes: Sequence[int], dev: Any, min_run_time: float,
+                  known: Mapping[str, Measurement]) -> tuple[Measurement, ...]:
+    """The matmuls of each dtype not in ``known``, smallest first; a dtype's sweep stops before the size whose one
+    run would take over :data:`MAX_MATMUL_RUN_S` at the rate just measured (bf16 on a CPU without bf16 units runs
+    at about 1 GFLOP/s: one n = 2048 product would take 15 s, and its rate is known from the smaller one)."""
+    out: list[Measurement] = []
+    for d in dtypes:
+        order = sorted(sizes)
+        for i, n in enumerate(order):
+            m = known.get(f"matmul {n} {d}")
+            if m is None:
+                m = measure_matmul(n, d, dev, min_run_time)
+                out.append(m)
+            if i + 1 < len(order) and m.min_s * (order[i + 1] / n) ** 3 > MAX_MATMUL_RUN_S:
+                break
+    return tuple(out)
+
+
 @checked(device="device", min_run_time="pos", refresh="flag", caches="flag")
 def machine_limits(device: Any = None, dtypes: Sequence[str] | None = None, sizes: Sequence[int] | None = None,
                    copy_bytes: int | None = None, min_run_time: float = 0.3, *, refresh: bool = False,
@@ -325,8 +349,7 @@ def machine_limits(device: Any = None, dtypes: Sequence[str] | None = None, size
     else:
         old_matmul, old_copy, old_cache = (), (), ()
     have, have_copy = {m.label for m in old_matmul}, {m.bytes_moved for m in old_copy}
-    matmul = tuple(measure_matmul(n, d, dev, min_run_time) for d in dtypes for n in sizes
-                   if f"matmul {n} {d}" not in have)
+    matmul = _matmul_sweep(texts("dtypes", dtypes), sizes, dev, min_run_time, {m.label: m for m in old_matmul})
     copy = () if 2 * (copy_bytes // 4) * 4 in have_copy else (measure_bandwidth(copy_bytes, dev, min_run_time),)
     big = max(m.bytes_moved or 0 for m in old_copy + copy)
     cache = cache_copies(measure_bandwidth, dev, {m.label for m in old_cache}, min_run_time, big) if caches else ()

@@ -372,3 +372,31 @@ def test_ceiling_for_ignores_rates_that_are_not_finite_and_refuses_a_ceiling_tha
     for bad in (math.nan, math.inf, 0.0, -1.0):
         with pytest.raises(ValueError, match="ceiling must be a positive finite rate"):
             ceiling_for(bad, [("mlp", 1e9)])
+
+
+def test_the_matmul_sweep_stops_before_a_size_whose_one_run_would_be_too_long(monkeypatch):
+    """A dtype the CPU runs slowly (bf16 without bf16 units: ~1 GFLOP/s, 15 s for one n = 2048 product) is measured
+    at the sizes whose one run stays under MAX_MATMUL_RUN_S at the rate just measured; the method says so."""
+    import dataclasses
+
+    from gpulab import limits as L
+
+    real, calls = L.measure_matmul, []
+
+    def timed(n, dtype="float32", *args, **kwargs):
+        calls.append((n, dtype))
+        m = real(n, dtype, *args, **kwargs)
+        slow = dtype == "float64"                                  # stands in for bf16 emulated: 0.1 s a run
+        return dataclasses.replace(m, times_s=[0.1] * 3) if slow else m
+
+    monkeypatch.setattr(L, "measure_matmul", timed)
+    monkeypatch.setattr(L, "MAX_MATMUL_RUN_S", 0.2)
+    L.forget_limits()
+    lim = gl.machine_limits("cpu", dtypes=["float32", "float64"], sizes=[48, 32], copy_bytes=1 << 20,
+                            min_run_time=0.01, caches=False)
+    assert calls == [(32, "float32"), (48, "float32"), (32, "float64")]     # 48 in float64: 0.1 x 3.4 s > 0.2 s
+    assert "over n = 32, 48 per dtype (float64: 32: a larger one would run over 0.2 s)" in lim.method
+    calls.clear()                                                           # remembered: the sweep stops again
+    assert gl.machine_limits("cpu", dtypes=["float64"], sizes=[32, 48], copy_bytes=1 << 20, caches=False) is lim
+    assert calls == []
+    L.forget_limits()
