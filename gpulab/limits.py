@@ -5,8 +5,7 @@ the best this machine showed it can do: the fastest run over a sweep of matmul s
 the STREAM benchmarks report), and a copy much larger than any cache. :func:`machine_limits` measures once
 per device (``"cuda"`` is the current GPU, ``"cuda:0"`` when that is GPU 0), machine, library versions and, on a
 GPU, whether fp32 matmuls may use TF32, while the Python process (the notebook's kernel) lives, and only adds to
-what it knows: a second call never reports a lower ceiling. When a run beats a ceiling anyway,
-:func:`ceiling_for` raises it for that table and says so, so no share of a measured ceiling exceeds 100%.
+what it knows: a second call never reports a lower ceiling. A run beating a ceiling raises it (:func:`ceiling_for`).
 
 Example:
     >>> import gpulab as gl
@@ -31,7 +30,7 @@ from .caches import cache_copies, cache_levels
 from .timing import Env, Measurement, benchmark
 
 __all__ = ["measure_matmul", "measure_bandwidth", "MachineLimits", "machine_limits", "ceiling_for", "forget_limits",
-           "step_matmul_ceiling", "StepMatmuls", "cache_levels"]
+           "step_matmul_ceiling", "StepMatmuls", "cache_levels", "matmul_sweep"]
 
 _DTYPES = ("float32", "bfloat16", "float16", "float64")
 
@@ -271,14 +270,26 @@ def _sizes(name: str, value: Any) -> list[Any]:
 MAX_MATMUL_RUN_S = 1.0     # a ceiling's matmul sweep stops before a size whose one run would take longer
 
 
-def _matmul_sweep(dtypes: Sequence[str], sizes: Sequence[int], dev: Any, min_run_time: float,
-                  known: Mapping[str, Measurement]) -> tuple[Measurement, ...]:
-    """The matmuls of each dtype not in ``known``, smallest first; a dtype's sweep stops before the size whose one
-    run would take over :data:`MAX_MATMUL_RUN_S` at the rate just measured (bf16 on a CPU without bf16 units runs
-    at about 1 GFLOP/s: one n = 2048 product would take 15 s, and its rate is known from the smaller one)."""
-    out: list[Measurement] = []
-    for d in dtypes:
-        order = sorted(sizes)
+@checked(device="device", min_run_time="pos")
+def matmul_sweep(sizes: Sequence[int], dtypes: Sequence[str] = ("float32",), device: Any = None,
+                 min_run_time: float = 0.3, *, known: Mapping[str, Measurement] | None = None) -> tuple[Measurement, ...]:
+    """:func:`measure_matmul` over ``sizes`` in each of ``dtypes``, smallest first (``known``'s, by label, reused, not
+    returned), stopped before a size whose one run would take over :data:`MAX_MATMUL_RUN_S` (bf16 on AVX2: 1 GFLOP/s).
+    Example:
+        >>> import gpulab as gl
+        >>> [m.label for m in gl.limits.matmul_sweep([64, 32], ["float32"], "cpu", min_run_time=0.02)]
+        ['matmul 32 float32', 'matmul 64 float32']
+    """
+    from .system import device as pick_device
+
+    order = sorted(whole("sizes", n) for n in _sizes("sizes", sizes))
+    names, known, out, numpy_only = texts("dtypes", dtypes), known or {}, [], _np_ceil.without_torch(device)
+    if not names:
+        raise ValueError("dtypes is empty: give at least one, e.g. ['float32']")
+    for d in names:
+        _np_ceil.dtype_name(d, "dtypes") if numpy_only else _torch_dtype(d, "dtypes")
+    dev = _normalised("cpu" if numpy_only else pick_device() if device is None else device)
+    for d in names:
         for i, n in enumerate(order):
             m = known.get(f"matmul {n} {d}")
             if m is None:
@@ -325,12 +336,7 @@ def machine_limits(device: Any = None, dtypes: Sequence[str] | None = None, size
         info = system_info(frameworks=("torch",))
         bf16 = info.capabilities.bf16 or (dev.type == "cpu" and "avx512_bf16" in info.cpu_flags)
         dtypes = ["float32"] + (["bfloat16"] if bf16 else []) + (["float16"] if dev.type == "cuda" else [])
-    for d in texts("dtypes", dtypes):
-        _np_ceil.dtype_name(d, "dtypes") if numpy_only else _torch_dtype(d, "dtypes")
-    if sizes is not None:
-        for n in _sizes("sizes", sizes):
-            whole("sizes", n)
-    sizes = list(sizes or ([2048, 4096, 8192] if gpu else [512, 1024, 2048]))
+    sizes = _sizes("sizes", sizes) if sizes is not None else [2048, 4096, 8192] if gpu else [512, 1024, 2048]
     if copy_bytes is not None:
         _nbytes("copy_bytes", copy_bytes, low=4096)
     copy_bytes = copy_bytes or (1 << 30)  # larger than CPU caches (some server L3s exceed 256 MiB)
@@ -348,8 +354,8 @@ def machine_limits(device: Any = None, dtypes: Sequence[str] | None = None, size
         old_cache = sibling.cache_copy
     else:
         old_matmul, old_copy, old_cache = (), (), ()
-    have, have_copy = {m.label for m in old_matmul}, {m.bytes_moved for m in old_copy}
-    matmul = _matmul_sweep(texts("dtypes", dtypes), sizes, dev, min_run_time, {m.label: m for m in old_matmul})
+    have_copy = {m.bytes_moved for m in old_copy}
+    matmul = matmul_sweep(sizes, dtypes, dev, min_run_time, known={m.label: m for m in old_matmul})
     copy = () if 2 * (copy_bytes // 4) * 4 in have_copy else (measure_bandwidth(copy_bytes, dev, min_run_time),)
     big = max(m.bytes_moved or 0 for m in old_copy + copy)
     cache = cache_copies(measure_bandwidth, dev, {m.label for m in old_cache}, min_run_time, big) if caches else ()

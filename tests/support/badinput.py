@@ -482,6 +482,9 @@ def cases_() -> list[Case]:  # noqa: PLR0915 - one table
           {"working_set": [-1, nan, "1 MiB", None, True]}),
         C("limits.cache_levels", limits.cache_levels, {}, {"device": "device"}),
         # one level down
+        C("limits.matmul_sweep", limits.matmul_sweep, {"sizes": [32, 48], "dtypes": ["float32"], "min_run_time": 0.02},
+          {"sizes": [3, "32", [], [0], [2.5], None], "dtypes": [3, "float32", ["int4"], [], None], "device": "device",
+           "min_run_time": "pos"}),
         C("limits.measure_matmul", limits.measure_matmul, {"n": 32, "min_run_time": 0.02, "warmup": 1},
           {"n": "count", "dtype": ["float7", 3], "device": "device", "min_run_time": "pos", "warmup": "count0"}),
         C("limits.measure_bandwidth", limits.measure_bandwidth, {"nbytes": 1 << 16, "min_run_time": 0.02, "warmup": 1},
