@@ -275,13 +275,13 @@ def matmul_sweep(sizes: Sequence[int], dtypes: Sequence[str] = ("float32",), dev
                  min_run_time: float = 0.3, *, known: Mapping[str, Measurement] | None = None) -> tuple[Measurement, ...]:
     """:func:`measure_matmul` over ``sizes`` in each of ``dtypes``, smallest first (``known``'s, by label, reused, not
     returned), stopped before a size whose one run would take over :data:`MAX_MATMUL_RUN_S` (bf16 on AVX2: 1 GFLOP/s).
+
     Example:
         >>> import gpulab as gl
         >>> [m.label for m in gl.limits.matmul_sweep([64, 32], ["float32"], "cpu", min_run_time=0.02)]
         ['matmul 32 float32', 'matmul 64 float32']
     """
     from .system import device as pick_device
-
     order = sorted(whole("sizes", n) for n in _sizes("sizes", sizes))
     names, known, out, numpy_only = texts("dtypes", dtypes), known or {}, [], _np_ceil.without_torch(device)
     if not names:
@@ -354,9 +354,9 @@ def machine_limits(device: Any = None, dtypes: Sequence[str] | None = None, size
         old_cache = sibling.cache_copy
     else:
         old_matmul, old_copy, old_cache = (), (), ()
-    have_copy = {m.bytes_moved for m in old_copy}
     matmul = matmul_sweep(sizes, dtypes, dev, min_run_time, known={m.label: m for m in old_matmul})
-    copy = () if 2 * (copy_bytes // 4) * 4 in have_copy else (measure_bandwidth(copy_bytes, dev, min_run_time),)
+    copied = 2 * (copy_bytes // 4) * 4 in {m.bytes_moved for m in old_copy}
+    copy = () if copied else (measure_bandwidth(copy_bytes, dev, min_run_time),)
     big = max(m.bytes_moved or 0 for m in old_copy + copy)
     cache = cache_copies(measure_bandwidth, dev, {m.label for m in old_cache}, min_run_time, big) if caches else ()
     if known and not matmul and not copy and not cache:
